@@ -1,0 +1,70 @@
+# trainscale — one-command entry points. GNU make; recipes are indented with tabs.
+#
+#   make setup          create .venv with the pinned stack (requirements.txt) + editable package
+#   make test           run the test suite
+#   make figures        run every study (workflow/Snakefile) in full mode
+#   make figures-quick  the same with small grids (what CI runs)
+#   make bench          speed and accuracy benchmarks
+#   make lab            JupyterLab on notebooks/ (installs requirements-lab.txt)
+#   make lint           snakemake --lint and snakefmt --check on the workflow
+#   make clean          remove quick results and the Numba cache (keeps .venv)
+
+PYTHON3 ?= python3
+VENV    ?= .venv
+PY       = $(VENV)/bin/python
+VENV_BIN = $(abspath $(VENV))/bin
+STAMP    = $(VENV)/.installed
+LAB_STAMP = $(VENV)/.lab-installed
+
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
+export MPLBACKEND = Agg
+
+.PHONY: all setup test figures figures-quick bench lab lint clean help
+.DEFAULT_GOAL := help
+
+help:
+	@sed -n '3,11p' $(firstword $(MAKEFILE_LIST))
+
+all: test
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@command -v $(PYTHON3) >/dev/null 2>&1 || { \
+	  echo "error: '$(PYTHON3)' not found on PATH. Install Python >= 3.11, or run 'make PYTHON3=/path/to/python3.11 setup'." >&2; \
+	  exit 1; }
+	@$(PYTHON3) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
+	  echo "error: trainscale needs Python >= 3.11; '$(PYTHON3)' is $$($(PYTHON3) -V 2>&1). Run 'make PYTHON3=/path/to/python3.11 setup'." >&2; \
+	  exit 1; }
+	test -x $(PY) || $(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3
+	touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+figures: $(STAMP)
+	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile
+
+figures-quick: $(STAMP)
+	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile --config mode=quick
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+$(LAB_STAMP): requirements-lab.txt $(STAMP)
+	$(PY) -m pip install -r requirements-lab.txt
+	touch $@
+
+lab: $(LAB_STAMP)
+	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/jupyter lab notebooks/
+
+lint: $(STAMP)
+	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --lint --snakefile workflow/Snakefile
+	$(VENV)/bin/snakefmt --check workflow
+
+clean:
+	rm -rf results/quick .numba_cache

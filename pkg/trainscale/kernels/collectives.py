@@ -1,0 +1,94 @@
+r"""Alpha-beta costs of NCCL-style collectives over a two-tier network.
+
+A group of ``n`` GPUs whose consecutive members are ``stride`` ranks apart is laid over
+scale-up domains of ``D`` GPUs (NVLink/NVSwitch): ``n_in`` members share a domain and the
+group spans ``n_out`` domains (:func:`group_split`).
+
+Ring (NCCL's ring with one channel per NIC): every byte crosses every GPU once, so for an
+all-gather or reduce-scatter of a buffer of ``S`` bytes
+
+.. math:: T_\mathrm{ring} = (n-1)\,\alpha + \frac{n-1}{n}\,\frac{S}{\eta\,B}
+
+with ``B`` the bus bandwidth of the slowest tier, ``min(B_up, n_in B_out)`` once the ring leaves
+the domain (the ``n_in`` GPUs of a domain each drive their own NIC), and ``alpha`` the latency
+of one ring step on that tier. An all-reduce is a reduce-scatter then an all-gather.
+
+Hierarchical (2D) all-reduce: reduce-scatter inside the domain, all-reduce of ``S / n_in``
+across domains (one ring per local rank, each on its own NIC), all-gather inside:
+
+.. math:: T_\mathrm{hier} = 2 T_\mathrm{up}(n_\mathrm{in}, S) + 2 T_\mathrm{out}(n_\mathrm{out}, S/n_\mathrm{in})
+
+An all-reduce takes the faster of the two, as NCCL's tuner does; all-gather and reduce-scatter
+are ring-only in NCCL. Because the latency term grows with the step count, the achieved bus
+bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus efficiency.
+"""
+
+import math
+
+from numba import njit
+
+
+@njit(cache=True)
+def group_split(n, stride, domain):
+    """(members per scale-up domain, domains spanned) for a group of ``n`` with ``stride``."""
+    if n <= 1:
+        return 1, 1
+    if stride >= domain:
+        return 1, n
+    n_in = domain // stride
+    if n_in > n:
+        n_in = n
+    n_out = (n + n_in - 1) // n_in
+    return n_in, n_out
+
+
+@njit(cache=True)
+def ring_phase_time(nbytes, n, bandwidth, latency, efficiency):
+    """One ring pass (an all-gather or a reduce-scatter) of a buffer of ``nbytes`` over ``n``."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    return (n - 1) * latency + (n - 1) / n * nbytes / (efficiency * bandwidth)
+
+
+@njit(cache=True)
+def allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency):
+    """All-gather (equally: reduce-scatter) of a buffer of ``nbytes`` (the gathered size)."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    n_in, n_out = group_split(n, stride, domain)
+    if n_out == 1:
+        return ring_phase_time(nbytes, n, bw_up, lat_up, efficiency)
+    bus = n_in * bw_out
+    if bw_up < bus:
+        bus = bw_up
+    return ring_phase_time(nbytes, n, bus, lat_out, efficiency)
+
+
+@njit(cache=True)
+def allreduce_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency):
+    """All-reduce of ``nbytes``: the faster of ring and hierarchical."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    ring = 2.0 * allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
+    n_in, n_out = group_split(n, stride, domain)
+    if n_in == 1 or n_out == 1:
+        return ring
+    hier = 2.0 * ring_phase_time(nbytes, n_in, bw_up, lat_up, efficiency) + 2.0 * ring_phase_time(
+        nbytes / n_in, n_out, bw_out, lat_out, efficiency)
+    return hier if hier < ring else ring
+
+
+@njit(cache=True)
+def p2p_time(nbytes, crosses_domain, bw_up, lat_up, bw_out, lat_out, efficiency):
+    """Point-to-point send of ``nbytes`` inside the scale-up domain or across the scale-out network."""
+    if nbytes <= 0.0:
+        return 0.0
+    if crosses_domain:
+        return lat_out + nbytes / (efficiency * bw_out)
+    return lat_up + nbytes / (efficiency * bw_up)
+
+
+def allreduce_busbw_GBps(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency):
+    """Bus bandwidth that nccl-tests would report, ``2(n-1)/n * S / T``, in GB/s."""
+    t = allreduce_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
+    return 2.0 * (n - 1) / n * nbytes / t / 1e9 if t > 0 else math.nan

@@ -1,0 +1,121 @@
+"""Index constants of the plain float arrays that carry specs into the kernels.
+
+Kernels take a model vector, a system vector, a calibration vector and integer plan fields;
+these names say which slot holds what. ``trainscale.perfmodel`` fills them from the specs.
+"""
+
+# model vector
+M_LAYERS = 0
+M_HIDDEN = 1
+M_HEADS = 2
+M_KV_HEADS = 3
+M_FFN = 4
+M_FFN_MATS = 5  # 2 (gelu) or 3 (swiglu)
+M_VOCAB = 6
+M_SEQ = 7
+M_BIASES = 8  # 1.0 for GPT (LayerNorm + biases), 0.0 for Llama
+M_PARAMS_LAYER = 9
+M_PARAMS_EMBED = 10  # input embedding (+ learned positions)
+M_PARAMS_HEAD = 11  # output projection (+ final norm)
+M_TENSORS_LAYER = 12  # parameter tensors per layer (ZeRO-3 gathers each one)
+M_SIZE = 13
+
+# system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
+S_PEAK_FLOPS = 0
+S_HBM_BW = 1
+S_HBM_BYTES = 2
+S_SMS = 3
+S_TDP_W = 4
+S_IDLE_W = 5
+S_GPUS_PER_NODE = 6
+S_SCALE_UP_DOMAIN = 7
+S_SCALE_UP_BW = 8
+S_SCALE_UP_LAT = 9
+S_SCALE_OUT_BW = 10
+S_SCALE_OUT_LAT = 11
+S_SIZE = 12
+
+# calibration vector (per accelerator generation)
+C_GEMM_PEAK_EFF = 0  # fitted: best achievable fraction of peak for a large GEMM
+C_GEMM_K_HALF = 1  # fitted: reduction depth at which a GEMM reaches half its efficiency
+C_NET_EFF = 2  # fitted: achieved fraction of link bandwidth in collectives
+C_TILE_M = 3
+C_TILE_N = 4
+C_KERNEL_S = 5  # fixed cost per kernel (launch + tail)
+C_HBM_EFF = 6  # achievable fraction of HBM bandwidth for streaming kernels
+C_RESERVED_BYTES = 7  # memory held by the framework, CUDA context, NCCL buffers
+C_POWER_COMPUTE = 8  # share of dynamic power drawn by the compute units at full use
+C_POWER_MEMORY = 9  # share drawn by HBM traffic at full bandwidth
+C_FETCH_S = 10  # fitted: host-side cost of one ZeRO-3 parameter fetch (issue, wait, re-partition)
+C_SIZE = 11
+
+# recomputation modes
+RC_NONE = 0
+RC_SELECTIVE = 1
+RC_FULL = 2
+
+# per-layer cost table (seconds per micro-batch on one GPU, and bytes)
+L_FWD_GEMM = 0
+L_FWD_ELEM = 1
+L_FWD_TP = 2
+L_BWD_GEMM = 3
+L_BWD_ELEM = 4
+L_BWD_TP = 5
+L_RECOMP = 6  # compute re-done in backward
+L_RECOMP_TP = 7  # tensor-parallel communication re-done in backward
+L_CP = 8  # exposed context-parallel communication, fwd + bwd
+L_ACT_BYTES = 9  # activation bytes kept per micro-batch between forward and backward
+L_WORK_BYTES = 10  # transient bytes while one layer runs (recompute working set)
+L_HEAD_FWD = 11  # output projection + loss, forward (last stage)
+L_HEAD_BWD = 12
+L_HEAD_BYTES = 13  # logits kept for backward
+L_FLOPS_FWD = 14  # model FLOPs of one layer forward (whole layer, all TP ranks)
+L_FLOPS_RECOMP = 15  # hardware FLOPs of the recomputed part (whole layer)
+L_FLOPS_HEAD = 16  # model FLOPs of the output projection forward
+L_HBM_TIME = 17  # time spent in memory-bound kernels, fwd + bwd + recompute (for power)
+L_SIZE = 18
+
+# plan-result vector
+O_STEP = 0
+O_COMPUTE = 1
+O_RECOMPUTE = 2
+O_TP_COMM = 3
+O_CP_COMM = 4
+O_PP_COMM = 5
+O_BUBBLE = 6
+O_DP_COMM = 7
+O_OPTIMIZER = 8
+O_MODEL_FLOPS = 9  # per GPU per step (average over GPUs)
+O_HW_FLOPS = 10
+O_MEM_BYTES = 11
+O_REASON = 12
+O_POWER_W = 13
+O_ENERGY_J = 14  # per GPU per step
+O_SIZE = 15
+
+BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
+             "optimizer")
+
+# reasons a plan is masked (0 = valid and fits)
+REASONS = (
+    "ok",
+    "tp does not divide the attention heads",
+    "tp does not divide the key/value heads",
+    "pp*interleave pipeline chunks exceed the layers",
+    "dp*micro_batch does not divide the global batch",
+    "tp*pp*dp*cp does not equal the GPU count",
+    "cp does not divide the sequence length",
+    "interleaving needs pp > 1 and micro-batches divisible by pp",
+    "shard_group does not divide dp",
+    "does not fit in accelerator memory",
+)
+R_OK = 0
+R_TP_HEADS = 1
+R_TP_KV = 2
+R_PP_LAYERS = 3
+R_BATCH = 4
+R_GPUS = 5
+R_CP_SEQ = 6
+R_INTERLEAVE = 7
+R_SHARD = 8
+R_MEMORY = 9

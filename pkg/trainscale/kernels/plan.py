@@ -1,0 +1,399 @@
+r"""The performance model of one training step, as two scalar kernels.
+
+:func:`layer_costs` prices one transformer layer for one micro-batch on one GPU (it depends only
+on tp, cp, micro-batch, recomputation, sequence parallelism and flash attention, so a grid
+evaluates it once per distinct combination); :func:`plan_costs` assembles a whole step from it:
+pipeline stages, bubble, data-parallel and ZeRO communication, optimizer, memory and power.
+
+Per-layer FLOPs (``b`` sequences of ``s`` tokens, hidden ``h``, FFN width ``f`` with ``n_f``
+matrices, key/value width ``h_kv``; forward, no causal halving):
+
+.. math:: F_\mathrm{layer} = 2bsh(h + 2h_{kv}) + 2bsh^2 + 2 n_f\, bshf + 4bs^2h
+
+which for GPT (``h_kv = h``, ``f = 4h``, ``n_f = 2``) is Megatron's ``24bsh^2 + 4bs^2h``.
+Backward costs two GEMMs per forward GEMM. Full recomputation repeats the forward; selective
+recomputation repeats the attention core (Korthikanti et al. 2022).
+
+Activation bytes per layer and micro-batch follow Korthikanti et al. 2022, eq. 1-2,
+``sbh (34 + 5as/h)`` for GPT, generalised to GQA and SwiGLU widths, with the tensor- and
+sequence-parallel divisions of their Table 2.
+
+Pipeline (closed form, exact for the 1F1B and interleaved schedules when micro-batches are
+equal): with per-micro-batch stage times ``t_i``, ``m`` micro-batches and ``v`` chunks per device,
+
+.. math:: T_\mathrm{pipe} = m \max_i t_i + \frac{\sum_i t_i - \max_i t_i}{v}
+
+which is ``(m + (p-1)/v)\,t`` for equal stages (bubble fraction ``(p-1)/(v m + p - 1)``).
+"""
+
+import math
+
+from numba import njit
+
+from .collectives import allgather_time, allreduce_time, group_split, p2p_time
+from .compute import gemm_fwd_bwd_time, gemm_time, memory_bound_time
+from .layout import (
+    C_FETCH_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
+    L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
+    L_RECOMP_TP, L_WORK_BYTES,
+    M_BIASES, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
+    M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_VOCAB,
+    O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_ENERGY_J, O_HW_FLOPS, O_MEM_BYTES, O_MODEL_FLOPS,
+    O_OPTIMIZER, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
+    R_BATCH, R_CP_SEQ, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV,
+    RC_FULL, RC_NONE, RC_SELECTIVE,
+    S_HBM_BW, S_HBM_BYTES, S_IDLE_W, S_PEAK_FLOPS, S_SCALE_OUT_BW, S_SCALE_OUT_LAT, S_SCALE_UP_BW,
+    S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS, S_TDP_W,
+)
+
+BYTES = 2.0  # 16-bit activations, weights and gradients
+OPTIMIZER_BYTES_PER_PARAM = 12.0  # fp32 master weights, Adam m and v (ZeRO paper's K = 12)
+ADAM_TRAFFIC_BYTES_PER_PARAM = 28.0  # read p32, m, v, g16 and write p32, m, v, p16
+ELEMENTWISE_KERNELS_PER_LAYER = 12.0
+
+
+@njit(cache=True)
+def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
+    """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU."""
+    h = model[M_HIDDEN]
+    a = model[M_HEADS]
+    f = model[M_FFN]
+    nf = model[M_FFN_MATS]
+    vocab = model[M_VOCAB]
+    s = model[M_SEQ]
+    d = h / a
+    kv = model[M_KV_HEADS] * d
+    t = float(tp)
+    sc = s / cp  # query tokens of each sequence on this GPU
+    m = mb * sc  # tokens per micro-batch on this GPU
+    peak = system[S_PEAK_FLOPS]
+    hbm = system[S_HBM_BW]
+    sms = system[S_SMS]
+    ih, ikv, if_, ia = int(h), int(kv), int(f), int(a)
+    im, isc, is_, ib = int(m), int(sc), int(s), int(mb)
+    itp = int(tp)
+
+    # GEMMs of one layer (tensor-parallel shard)
+    f_qkv, b_qkv = gemm_fwd_bwd_time(im, (ih + 2 * ikv) // itp, ih, 1, peak, hbm, sms, calib)
+    f_sc, b_sc = gemm_fwd_bwd_time(isc, is_, int(d), ib * ia // itp, peak, hbm, sms, calib)
+    f_av, b_av = gemm_fwd_bwd_time(isc, int(d), is_, ib * ia // itp, peak, hbm, sms, calib)
+    f_o, b_o = gemm_fwd_bwd_time(im, ih, ih // itp, 1, peak, hbm, sms, calib)
+    f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, 1, peak, hbm, sms, calib)
+    f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, peak, hbm, sms, calib)
+    fwd_gemm = f_qkv + f_sc + f_av + f_o + f_up + f_dn
+    bwd_gemm = b_qkv + b_sc + b_av + b_o + b_up + b_dn
+    if flash:  # flash attention's backward recomputes the scores on chip
+        bwd_gemm += f_sc
+
+    # memory-bound kernels: LayerNorms, dropouts, residual adds (replicated across TP ranks
+    # unless sequence parallel), the FFN activation, softmax + attention dropout on s x s scores
+    replicated = 1.0 / t if sp else 1.0
+    norm_drop_res = 30.0 * m * h * replicated
+    activation_fn = (2.0 * nf) * m * f / t
+    if flash:
+        attention_core = 8.0 * m * h / t
+    else:
+        attention_core = 9.0 * mb * (a / t) * sc * s
+    fwd_elem_bytes = norm_drop_res + activation_fn + attention_core
+    fwd_elem = memory_bound_time(fwd_elem_bytes, ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
+    bwd_elem = memory_bound_time(2.0 * fwd_elem_bytes, ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
+    attn_elem = memory_bound_time(attention_core, 2.0, hbm, calib)
+
+    # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence
+    # parallelism an all-gather + reduce-scatter pair each, the same ring traffic)
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    eff = calib[C_NET_EFF]
+    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
+    bw_out, lat_out = system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT]
+    msg = BYTES * m * h
+    if sp:
+        one = 2.0 * allgather_time(msg, itp, 1, domain, bw_up, lat_up, bw_out, lat_out, eff)
+    else:
+        one = allreduce_time(msg, itp, 1, domain, bw_up, lat_up, bw_out, lat_out, eff)
+    tp_pass = 2.0 * one
+
+    # recomputation in the backward pass
+    if rc == RC_FULL:
+        recomp = fwd_gemm + fwd_elem
+        recomp_tp = tp_pass
+    elif rc == RC_SELECTIVE and not flash:
+        recomp = f_sc + f_av + attn_elem
+        recomp_tp = 0.0
+    else:
+        recomp = 0.0
+        recomp_tp = 0.0
+
+    # context parallelism: ring attention passes K and V around the cp ranks (and their
+    # gradients backward), hidden behind the attention core where it can be
+    cp_exposed = 0.0
+    if cp > 1:
+        kv_bytes = 2.0 * BYTES * mb * sc * kv / t
+        fwd_ring = allgather_time(kv_bytes * cp, cp, itp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+        core = f_sc + f_av
+        cp_exposed = max(0.0, fwd_ring - core) + max(0.0, 2.0 * fwd_ring - (b_sc + b_av))
+
+    # activation memory (Korthikanti et al. 2022), per token in units of h bytes
+    attn_act = 7.0 + 4.0 * kv / h
+    mlp_act = 3.0 + 2.0 * nf * f / h
+    per_token = 4.0 + attn_act + mlp_act  # 34 for GPT
+    if sp:
+        dense = per_token * m * h / t
+    else:
+        dense = 10.0 * m * h + (per_token - 10.0) * m * h / t
+    scores = 4.0 * mb * (a / t) * sc if flash else 5.0 * mb * (a / t) * sc * s
+    if rc == RC_FULL:
+        act = BYTES * m * h / (t if sp else 1.0)
+        work = dense + scores
+    elif rc == RC_SELECTIVE:
+        act = dense + (scores if flash else 0.0)
+        work = 0.0 if flash else scores
+    else:
+        act = dense + scores
+        work = 0.0
+
+    # output projection + cross-entropy on the last stage (fp32 logits kept for the loss)
+    f_head, b_head = gemm_fwd_bwd_time(im, int(vocab) // itp, ih, 1, peak, hbm, sms, calib)
+    loss_bytes = 12.0 * m * vocab / t
+    head_elem = memory_bound_time(loss_bytes, 3.0, hbm, calib)
+
+    # FLOPs of the whole layer (all TP and CP ranks) for the micro-batch
+    tokens = mb * s
+    flops_fwd = (2.0 * tokens * h * (h + 2.0 * kv) + 2.0 * tokens * h * h + 2.0 * nf * tokens * h * f
+                 + 4.0 * mb * s * s * h)
+    if rc == RC_FULL:
+        flops_recomp = flops_fwd
+    elif rc == RC_SELECTIVE:
+        flops_recomp = 4.0 * mb * s * s * h
+    else:
+        flops_recomp = 0.0
+
+    out[L_FWD_GEMM] = fwd_gemm
+    out[L_FWD_ELEM] = fwd_elem
+    out[L_FWD_TP] = tp_pass
+    out[L_BWD_GEMM] = bwd_gemm
+    out[L_BWD_ELEM] = bwd_elem
+    out[L_BWD_TP] = tp_pass
+    out[L_RECOMP] = recomp
+    out[L_RECOMP_TP] = recomp_tp
+    out[L_CP] = cp_exposed
+    out[L_ACT_BYTES] = act
+    out[L_WORK_BYTES] = work
+    out[L_HEAD_FWD] = f_head + head_elem
+    out[L_HEAD_BWD] = b_head + 2.0 * head_elem
+    out[L_HEAD_BYTES] = 4.0 * m * vocab / t
+    out[L_FLOPS_FWD] = flops_fwd
+    out[L_FLOPS_RECOMP] = flops_recomp
+    out[L_FLOPS_HEAD] = 2.0 * tokens * h * vocab
+    out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
+
+
+@njit(cache=True)
+def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard):
+    """Why a plan is structurally invalid (``R_*``), or ``R_OK``."""
+    if int(model[M_HEADS]) % tp != 0:
+        return R_TP_HEADS
+    if int(model[M_KV_HEADS]) % tp != 0:
+        return R_TP_KV
+    if pp * v > int(model[M_LAYERS]):
+        return R_PP_LAYERS
+    if tp * pp * dp * cp != gpus:
+        return R_GPUS
+    if gb % (dp * mb) != 0:
+        return R_BATCH
+    if int(model[M_SEQ]) % cp != 0:
+        return R_CP_SEQ
+    if v > 1 and (pp == 1 or (gb // (dp * mb)) % pp != 0):
+        return R_INTERLEAVE
+    if shard > 0 and dp % shard != 0:
+        return R_SHARD
+    return R_OK
+
+
+@njit(cache=True)
+def stage_layers(layers, pp, v):
+    """Layers on (first, middle-most loaded, last) device: chunks differ by at most one layer
+    and the extra layers go to middle stages first, leaving room for embedding and logits."""
+    chunks = pp * v
+    base = layers // chunks
+    rem = layers - base * chunks
+    even = v * base
+    if pp == 1:
+        return layers, layers, layers
+    if pp == 2:
+        return even + (rem + 1) // 2, even + (rem + 1) // 2, even + rem // 2
+    capacity = (pp - 2) * v
+    if rem <= capacity:
+        middle = even + (rem + pp - 3) // (pp - 2)
+        return even, middle, even
+    left = rem - capacity
+    return even + (left + 1) // 2, even + v, even + left // 2
+
+
+@njit(cache=True)
+def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
+               overlap, out):
+    """Fill ``out`` (layout ``O_*``) with the step time, its breakdown, FLOPs, memory and power
+    of one plan, given its layer costs ``lc`` from :func:`layer_costs`."""
+    for i in range(out.shape[0]):
+        out[i] = math.nan
+    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard)
+    out[O_REASON] = reason
+    if reason != R_OK:
+        return
+    layers = int(model[M_LAYERS])
+    t = float(tp)
+    n_shard = shard if shard > 0 else dp
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    eff = calib[C_NET_EFF]
+    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
+    bw_out, lat_out = system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT]
+    micro = gb // (dp * mb)
+
+    compute_l = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_BWD_GEMM] + lc[L_BWD_ELEM]
+    recomp_l = lc[L_RECOMP]
+    tp_l = lc[L_FWD_TP] + lc[L_BWD_TP] + lc[L_RECOMP_TP]
+    cp_l = lc[L_CP]
+
+    # ZeRO-3 / FSDP: each parameter tensor is all-gathered before every use (forward, backward,
+    # and the recomputed forward) and its gradient reduce-scattered (bucketed), per micro-batch
+    z3_l = 0.0
+    z3_embed = 0.0
+    if zero == 3 and n_shard * cp > 1:
+        group = n_shard * cp
+        tensors = model[M_TENSORS_LAYER]
+        layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
+        gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up,
+                                           bw_out, lat_out, eff) + calib[C_FETCH_S])
+        scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+        gathers = 3.0 if rc == RC_FULL else 2.0
+        z3_l = gathers * gather + scatter
+        if overlap:  # prefetching hides the collectives behind the layer's compute
+            z3_l = max(0.0, z3_l - (compute_l + recomp_l + tp_l))
+        embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
+        z3_embed = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+    per_layer = compute_l + recomp_l + tp_l + cp_l + z3_l
+
+    # pipeline stages
+    l_first, l_mid, l_last = stage_layers(layers, pp, v)
+    p2p = 0.0
+    if pp > 1:
+        n_in, n_out = group_split(pp, tp * cp * dp, domain)
+        p2p_bytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN] / t  # Megatron scatter/gather
+        p2p = 2.0 * v * p2p_time(p2p_bytes, n_out > 1, bw_up, lat_up, bw_out, lat_out, eff)
+    head = lc[L_HEAD_FWD] + lc[L_HEAD_BWD]
+    if pp == 1:
+        t_first = layers * per_layer + head + 2.0 * z3_embed
+        t_max = t_first
+        t_sum = t_first
+        l_crit = layers
+        head_crit = head
+        z3_ends = 2.0 * z3_embed
+    else:
+        t_first = l_first * per_layer + z3_embed + p2p
+        t_mid = l_mid * per_layer + p2p
+        t_last = l_last * per_layer + head + z3_embed + p2p
+        t_sum = layers * per_layer + head + 2.0 * z3_embed + pp * p2p
+        t_max = t_first
+        l_crit = l_first
+        head_crit = 0.0
+        z3_ends = z3_embed
+        if pp > 2 and t_mid > t_max:
+            t_max = t_mid
+            l_crit = l_mid
+            z3_ends = 0.0
+        if t_last > t_max:
+            t_max = t_last
+            l_crit = l_last
+            head_crit = head
+            z3_ends = z3_embed
+    bubble = (t_sum - t_max) / v
+
+    # parameters on the most loaded device (first or last stage hold embedding / output layer)
+    p_layer = model[M_PARAMS_LAYER] / t
+    p_first = l_first * p_layer + model[M_PARAMS_EMBED] / t
+    p_last = l_last * p_layer + model[M_PARAMS_HEAD] / t
+    if pp == 1:
+        p_first = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
+        p_last = p_first
+    p_dev = max(p_first, p_last)
+
+    # data-parallel gradient synchronisation, once per step (over dp x cp ranks)
+    grad_bytes = BYTES * p_dev
+    group = dp * cp
+    dp_time = 0.0
+    if zero == 0:
+        dp_time = allreduce_time(grad_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+    else:
+        if zero <= 2:  # reduce-scatter gradients, all-gather updated weights in the shard group
+            dp_time = 2.0 * allgather_time(grad_bytes, n_shard * cp, tp, domain, bw_up, lat_up,
+                                           bw_out, lat_out, eff)
+        replicas = dp // n_shard
+        if replicas > 1:  # hybrid sharding: all-reduce the shards across replicas
+            dp_time += allreduce_time(grad_bytes / n_shard, replicas, tp * cp * n_shard, domain, bw_up,
+                                      lat_up, bw_out, lat_out, eff)
+    dp_exposed = dp_time
+    if overlap:  # hidden behind the last micro-batch's backward pass
+        backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP])
+        dp_exposed = max(0.0, dp_time - backward)
+
+    # optimizer (memory-bound Adam over this GPU's shard)
+    opt_shard = n_shard * cp if zero >= 1 else 1
+    optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * p_dev / opt_shard, 4.0,
+                                  system[S_HBM_BW], calib)
+
+    step = micro * t_max + bubble + dp_exposed + optimizer
+    out[O_STEP] = step
+    out[O_COMPUTE] = micro * (l_crit * compute_l + head_crit)
+    out[O_RECOMPUTE] = micro * l_crit * recomp_l
+    out[O_TP_COMM] = micro * l_crit * tp_l
+    out[O_CP_COMM] = micro * l_crit * cp_l
+    out[O_PP_COMM] = micro * (p2p if pp > 1 else 0.0)
+    out[O_BUBBLE] = bubble
+    out[O_DP_COMM] = micro * (l_crit * z3_l + z3_ends) + dp_exposed
+    out[O_OPTIMIZER] = optimizer
+
+    # FLOPs per GPU per step
+    model_flops = 3.0 * (gb / mb) * (layers * lc[L_FLOPS_FWD] + lc[L_FLOPS_HEAD])
+    hw_flops = model_flops + (gb / mb) * layers * lc[L_FLOPS_RECOMP]
+    out[O_MODEL_FLOPS] = model_flops / gpus
+    out[O_HW_FLOPS] = hw_flops / gpus
+
+    # memory of the most loaded GPU
+    z3_div = n_shard * cp if zero == 3 else 1
+    g_div = n_shard * cp if zero >= 2 else 1
+    o_div = n_shard * cp if zero >= 1 else 1
+    inflight = micro if micro < pp else pp
+    if v > 1:
+        interleave_factor = 1.0 + (pp - 1.0) / (pp * v)
+    else:
+        interleave_factor = 1.0
+    act_first = lc[L_ACT_BYTES] * l_first * inflight * interleave_factor
+    act_last = lc[L_ACT_BYTES] * l_last + lc[L_HEAD_BYTES]
+    if pp == 1:
+        act_first = lc[L_ACT_BYTES] * layers + lc[L_HEAD_BYTES]
+        act_last = act_first
+    act_mid = lc[L_ACT_BYTES] * l_mid * (inflight - 1 if inflight > 1 else 1) * interleave_factor
+    state_first = p_first * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
+    state_last = p_last * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
+    state_mid = l_mid * p_layer * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
+    buffers = 2.0 * BYTES * p_layer if zero == 3 else 0.0  # prefetched layers
+    mem = max(state_first + act_first, state_last + act_last)
+    if pp > 2:
+        mem = max(mem, state_mid + act_mid)
+    mem += lc[L_WORK_BYTES] + buffers + calib[C_RESERVED_BYTES]
+    out[O_MEM_BYTES] = mem
+    if mem > system[S_HBM_BYTES]:
+        out[O_REASON] = R_MEMORY
+
+    # power: idle plus dynamic power in proportion to the time the tensor cores and HBM are busy
+    gemm_busy = micro * l_crit * (lc[L_FWD_GEMM] + lc[L_BWD_GEMM]) + micro * head_crit
+    if rc == RC_FULL:
+        gemm_busy += micro * l_crit * lc[L_FWD_GEMM]
+    hbm_busy = micro * l_crit * lc[L_HBM_TIME] + optimizer
+    use = (calib[C_POWER_COMPUTE] * gemm_busy + calib[C_POWER_MEMORY] * hbm_busy) / step
+    if use > 1.0:
+        use = 1.0
+    power = system[S_IDLE_W] + (system[S_TDP_W] - system[S_IDLE_W]) * use
+    out[O_POWER_W] = power
+    out[O_ENERGY_J] = power * step

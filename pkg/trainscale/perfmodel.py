@@ -1,0 +1,351 @@
+"""Python API of the performance model: specs in, predictions and xarray Datasets out.
+
+``predict`` prices one run; ``evaluate_grid`` prices a Cartesian grid of plans in one Numba
+``prange`` call and returns a Dataset with one dimension per plan axis; ``search`` picks the best
+feasible plans from such a grid. All of them call the same scalar kernels
+(:mod:`trainscale.kernels.plan`), so one formula lives in one place.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from . import catalog
+from .kernels import layout as K
+from .kernels.grid import evaluate_grid as _grid_kernel
+from .kernels.plan import layer_costs, plan_costs
+from .specs import RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
+    resolve_system
+
+GiB = 2.0**30
+
+
+# --------------------------------------------------------------------------- spec -> arrays
+def model_vector(model: ModelSpec) -> np.ndarray:
+    vec = np.zeros(K.M_SIZE)
+    h = model.hidden
+    vec[K.M_LAYERS] = model.layers
+    vec[K.M_HIDDEN] = h
+    vec[K.M_HEADS] = model.heads
+    vec[K.M_KV_HEADS] = model.kv_heads
+    vec[K.M_FFN] = model.ffn_hidden
+    vec[K.M_FFN_MATS] = model.ffn_matrices
+    vec[K.M_VOCAB] = model.vocab
+    vec[K.M_SEQ] = model.seq_len
+    vec[K.M_BIASES] = 1.0 if model.has_biases else 0.0
+    vec[K.M_PARAMS_LAYER] = model.params_per_layer()
+    positions = model.seq_len * h if model.has_biases else 0
+    vec[K.M_PARAMS_EMBED] = model.vocab * h + positions
+    vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
+    # weight tensors (+ bias tensors): Q,K,V (fused in GPT), O, FFN matrices, norms
+    vec[K.M_TENSORS_LAYER] = 12 if model.has_biases else 9
+    return vec
+
+
+def system_vector(system: SystemSpec) -> np.ndarray:
+    vec = np.zeros(K.S_SIZE)
+    vec[K.S_PEAK_FLOPS] = system.peak_flops_bf16
+    vec[K.S_HBM_BW] = system.hbm_bandwidth_GBps * 1e9
+    vec[K.S_HBM_BYTES] = system.hbm_capacity_GiB * GiB
+    vec[K.S_SMS] = system.sm_count
+    vec[K.S_TDP_W] = system.tdp_W
+    vec[K.S_IDLE_W] = system.idle_W
+    vec[K.S_GPUS_PER_NODE] = system.gpus_per_node
+    vec[K.S_SCALE_UP_DOMAIN] = system.scale_up_domain
+    vec[K.S_SCALE_UP_BW] = system.scale_up_GBps_per_gpu * 1e9
+    vec[K.S_SCALE_UP_LAT] = system.scale_up_latency_s
+    vec[K.S_SCALE_OUT_BW] = system.scale_out_GBps_per_gpu * 1e9
+    vec[K.S_SCALE_OUT_LAT] = system.scale_out_latency_s
+    return vec
+
+
+FITTED = ("gemm_peak_efficiency", "gemm_k_half", "network_efficiency", "zero3_fetch_s")
+
+
+def calibration_parameters(generation: str, overrides: Mapping[str, float] | None = None) -> dict:
+    """The fitted parameters in force for an accelerator generation (name -> value)."""
+    cal = catalog.calibration()
+    gens = cal["generations"]
+    if generation not in gens:
+        raise SpecError("generation", generation, f"expected one of {', '.join(gens)}")
+    source = gens[generation]["fitted_from"]
+    fitted = catalog.fitted_calibration().get(source, {})
+    params = {name: float(fitted.get(name, cal["fitted"][source][name]["value"])) for name in FITTED}
+    for name, value in (overrides or {}).items():
+        if name not in params:
+            raise SpecError("calibration", name, f"expected one of {', '.join(FITTED)}")
+        params[name] = float(value)
+    return params
+
+
+def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None) -> np.ndarray:
+    cal = catalog.calibration()
+    params = calibration_parameters(generation, overrides)
+    fixed = cal["generations"][generation]["fixed"]
+    common = cal["common"]
+    vec = np.zeros(K.C_SIZE)
+    vec[K.C_GEMM_PEAK_EFF] = params["gemm_peak_efficiency"]
+    vec[K.C_GEMM_K_HALF] = params["gemm_k_half"]
+    vec[K.C_NET_EFF] = params["network_efficiency"]
+    vec[K.C_FETCH_S] = params["zero3_fetch_s"]
+    vec[K.C_TILE_M] = fixed["tile_m"]["value"]
+    vec[K.C_TILE_N] = fixed["tile_n"]["value"]
+    vec[K.C_KERNEL_S] = common["kernel_overhead_s"]["value"]
+    vec[K.C_HBM_EFF] = common["hbm_efficiency"]["value"]
+    vec[K.C_RESERVED_BYTES] = common["reserved_GiB"]["value"] * GiB
+    vec[K.C_POWER_COMPUTE] = common["power_compute_share"]["value"]
+    vec[K.C_POWER_MEMORY] = common["power_memory_share"]["value"]
+    return vec
+
+
+def plan_fields(plan: PlanSpec) -> tuple:
+    return (plan.tp, plan.pp, plan.dp, plan.cp, plan.interleave, plan.micro_batch, plan.global_batch,
+            RECOMPUTE_MODES.index(plan.recompute), plan.sequence_parallel, plan.zero, plan.shard_group,
+            plan.overlap_grad_reduce, plan.flash_attention)
+
+
+# --------------------------------------------------------------------------- one run
+@dataclass
+class Prediction:
+    """Predicted step of one run. Rates are per GPU unless named otherwise."""
+
+    id: str
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    memory_gib_per_gpu: float
+    fits: bool
+    reason: str | None
+    power_W_per_gpu: float
+    energy_J_per_token: float
+    breakdown: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        out = {
+            "id": self.id,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "fits": self.fits,
+        }
+        if not self.fits:
+            out["reason"] = self.reason
+        out["power_W_per_gpu"] = self.power_W_per_gpu
+        out["energy_J_per_token"] = self.energy_J_per_token
+        out["breakdown"] = dict(self.breakdown)
+        return out
+
+
+def _costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
+    mvec, svec = model_vector(model), system_vector(system)
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash) = plan_fields(plan)
+    lc = np.empty(K.L_SIZE)
+    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc)
+    out = np.empty(K.O_SIZE)
+    plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap, out)
+    return out
+
+
+def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSpec, gpus: int,
+                global_batch: int) -> Prediction:
+    step = float(out[K.O_STEP])
+    tokens = global_batch * model.seq_len
+    reason_code = int(out[K.O_REASON])
+    breakdown = {name: float(out[K.O_COMPUTE + i]) for i, name in enumerate(K.BREAKDOWN)}
+    peak = system.peak_flops_bf16
+    return Prediction(
+        id=run_id,
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        model_tflops_per_gpu=float(out[K.O_MODEL_FLOPS]) / step / 1e12,
+        hardware_tflops_per_gpu=float(out[K.O_HW_FLOPS]) / step / 1e12,
+        mfu=float(out[K.O_MODEL_FLOPS]) / step / peak,
+        hfu=float(out[K.O_HW_FLOPS]) / step / peak,
+        memory_gib_per_gpu=float(out[K.O_MEM_BYTES]) / GiB,
+        fits=reason_code == K.R_OK,
+        reason=None if reason_code == K.R_OK else K.REASONS[reason_code],
+        power_W_per_gpu=float(out[K.O_POWER_W]),
+        energy_J_per_token=float(out[K.O_ENERGY_J]) * gpus / tokens,
+        breakdown=breakdown,
+    )
+
+
+def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = None) -> Prediction:
+    """Predict one run (a :class:`RunSpec` or the mapping the CLI reads)."""
+    if not isinstance(run, RunSpec):
+        run = RunSpec.from_dict(run)
+    calib = calibration_vector(run.system.generation, calibration)
+    out = _costs(run.model, run.system, run.plan, calib)
+    return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch)
+
+
+# --------------------------------------------------------------------------- grids
+GRID_AXES = ("tp", "pp", "cp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
+             "shard_group", "overlap_grad_reduce", "flash_attention")
+
+
+def _axis(values, name: str) -> np.ndarray:
+    if name == "recompute":
+        codes = []
+        for v in values:
+            if v not in RECOMPUTE_MODES:
+                raise SpecError(name, v, f"expected one of {', '.join(RECOMPUTE_MODES)}")
+            codes.append(RECOMPUTE_MODES.index(v))
+        return np.asarray(codes, dtype=np.int64)
+    arr = np.asarray([int(v) for v in values], dtype=np.int64)
+    if arr.size == 0:
+        raise SpecError(name, list(values), "expected at least one value")
+    minimum = 0 if name in ("sequence_parallel", "zero", "shard_group", "overlap_grad_reduce",
+                            "flash_attention") else 1
+    if (arr < minimum).any():
+        raise SpecError(name, list(values), f"expected integers >= {minimum}")
+    return arr
+
+
+def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
+                  **axes: Iterable) -> xr.Dataset:
+    """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
+    ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
+
+    Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
+    non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
+    invalid ones have NaN times.
+    """
+    model = resolve_model(model)
+    system = resolve_system(system)
+    unknown = set(axes) - set(GRID_AXES)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES)}")
+    defaults = {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
+                "overlap_grad_reduce": [0], "flash_attention": [0]}
+    values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in GRID_AXES}
+    arrays = [_axis(values[name], name) for name in GRID_AXES]
+    calib = calibration_vector(system.generation, calibration)
+    results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
+                                *arrays)
+    return grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
+
+
+def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list], model: ModelSpec,
+                 system: SystemSpec, gpus: int, global_batch: int,
+                 calibration: Mapping | None = None) -> xr.Dataset:
+    shape = tuple(len(values[name]) for name in GRID_AXES)
+    res = results.reshape(shape + (K.O_SIZE,))
+    step = res[..., K.O_STEP]
+    tokens = global_batch * model.seq_len
+    peak = system.peak_flops_bf16
+    reason = np.nan_to_num(res[..., K.O_REASON], nan=K.R_GPUS).astype(np.int8)
+    dims = GRID_AXES
+    coords = {name: values[name] for name in GRID_AXES}
+
+    def var(data, units, long_name):
+        return xr.Variable(dims, data, {"units": units, "long_name": long_name})
+
+    data = {
+        "step_time_s": var(step, "s", "step time"),
+        "tokens_per_s": var(tokens / step, "tokens/s", "cluster throughput"),
+        "mfu": var(res[..., K.O_MODEL_FLOPS] / step / peak, "1", "model FLOPs utilisation"),
+        "hfu": var(res[..., K.O_HW_FLOPS] / step / peak, "1", "hardware FLOPs utilisation"),
+        "memory_gib_per_gpu": var(res[..., K.O_MEM_BYTES] / GiB, "GiB", "memory of the most loaded GPU"),
+        "power_W_per_gpu": var(res[..., K.O_POWER_W], "W", "accelerator power"),
+        "energy_J_per_token": var(res[..., K.O_ENERGY_J] * gpus / tokens, "J/token",
+                                  "accelerator energy per token"),
+        "dp": var(dps.reshape(shape).astype(np.int64), "1", "data-parallel degree"),
+        "fits": var(reason == K.R_OK, "1", "valid and fits in memory"),
+        "reason": var(reason, "1", "why masked: index into the attribute reasons"),
+    }
+    for i, name in enumerate(K.BREAKDOWN):
+        data[f"time_{name}_s"] = var(res[..., K.O_COMPUTE + i], "s", f"step time: {name.replace('_', ' ')}")
+    ds = xr.Dataset(data, coords=coords)
+    ds["reason"].attrs["reasons"] = list(K.REASONS)
+    ds.attrs.update({"model": model.name, "system": system.name, "gpus": int(gpus),
+                     "global_batch": int(global_batch), "seq_len": model.seq_len})
+    return ds
+
+
+# --------------------------------------------------------------------------- search
+def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch: int) -> dict:
+    """A broad plan space: every power-of-two (and node-size) degree, all options."""
+    pow2 = [2**i for i in range(0, 14) if 2**i <= gpus]
+    pp = sorted({p for p in pow2 + [3, 5, 6, 12, 24] if p <= model.layers and gpus % p == 0})
+    return {
+        "tp": [t for t in pow2 if t <= min(model.heads, 64)],
+        "pp": pp,
+        "cp": [c for c in pow2 if c <= 16],
+        "interleave": [1, 2, 3, 4, 6, 8],
+        "micro_batch": [b for b in pow2 if b <= min(global_batch, 16)],
+        "recompute": list(RECOMPUTE_MODES),
+        "sequence_parallel": [0, 1],
+        "zero": [0, 1, 2, 3],
+        "overlap_grad_reduce": [0, 1],
+        "flash_attention": [0, 1],
+    }
+
+
+def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
+           calibration: Mapping | None = None) -> tuple[xr.Dataset, list[dict]]:
+    """Best feasible plans (highest throughput first) with the evaluated grid.
+
+    Returns ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their
+    predicted step time, throughput, MFU and memory.
+    """
+    model = resolve_model(model)
+    system = resolve_system(system)
+    space = dict(space or default_space(model, system, gpus, global_batch))
+    grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, **space)
+    ranked = rank(grid, top)
+    return grid, ranked
+
+
+def rank(grid: xr.Dataset, top: int) -> list[dict]:
+    step = grid["step_time_s"].values
+    ok = grid["fits"].values & np.isfinite(step)
+    flat = np.flatnonzero(ok.ravel())
+    if flat.size == 0:
+        return []
+    order = flat[np.argsort(step.ravel()[flat], kind="stable")][:top]
+    ranked = []
+    for index in order:
+        idx = np.unravel_index(index, step.shape)
+        plan = {name: grid[name].values[i].item() for name, i in zip(GRID_AXES, idx)}
+        plan["dp"] = int(grid["dp"].values[idx])
+        for key in ("sequence_parallel", "overlap_grad_reduce", "flash_attention"):
+            plan[key] = bool(plan[key])
+        ranked.append({
+            "plan": plan,
+            "step_time_s": float(step[idx]),
+            "tokens_per_s": float(grid["tokens_per_s"].values[idx]),
+            "mfu": float(grid["mfu"].values[idx]),
+            "memory_gib_per_gpu": float(grid["memory_gib_per_gpu"].values[idx]),
+        })
+    return ranked
+
+
+def grid_size(space: Mapping[str, Sequence]) -> int:
+    return int(np.prod([len(v) for v in space.values()]))
+
+
+def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
+    p = dict(entry)
+    return PlanSpec(tp=p["tp"], pp=p["pp"], dp=p["dp"], cp=p["cp"], interleave=p["interleave"],
+                    micro_batch=p["micro_batch"], global_batch=global_batch, recompute=p["recompute"],
+                    sequence_parallel=bool(p["sequence_parallel"]), zero=p["zero"],
+                    shard_group=p.get("shard_group", 0), overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
+                    flash_attention=bool(p["flash_attention"]))
+
+
+__all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
+           "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "itertools"]

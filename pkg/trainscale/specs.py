@@ -1,0 +1,407 @@
+"""Specifications: what is trained (model), on what (system), and how (plan).
+
+Following Calculon's separation of application, system and execution, a prediction takes
+three specs. They are validated once, here, at the boundary: every error names the field,
+the value and what would be valid. Kernels downstream trust their input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import catalog
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+FFN_TYPES = ("gelu", "swiglu")
+
+
+class SpecError(ValueError):
+    """Bad input: names where it was found, the field, the value and what is valid."""
+
+    def __init__(self, field_name: str, value: Any, valid: str, where: str | None = None):
+        self.field = field_name
+        self.value = value
+        self.valid = valid
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{field_name} = {value!r} is invalid; {valid}")
+
+
+def _int(d: Mapping, key: str, where: str | None, default=None, minimum: int = 1) -> int:
+    value = d.get(key, default)
+    if value is None:
+        raise SpecError(key, value, "it is required (an integer)", where)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise SpecError(key, value, f"expected an integer >= {minimum}", where)
+    if value < minimum:
+        raise SpecError(key, value, f"expected an integer >= {minimum}", where)
+    return value
+
+
+def _float(d: Mapping, key: str, where: str | None, default=None, minimum: float = 0.0,
+           allow_none: bool = False) -> float | None:
+    value = d.get(key, default)
+    if value is None:
+        if allow_none:
+            return None
+        raise SpecError(key, value, "it is required (a number)", where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(key, value, f"expected a number >= {minimum}", where)
+    if not math.isfinite(value) or value < minimum:
+        raise SpecError(key, value, f"expected a finite number >= {minimum}", where)
+    return float(value)
+
+
+def _bool(d: Mapping, key: str, where: str | None, default: bool) -> bool:
+    value = d.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(key, value, "expected true or false", where)
+    return value
+
+
+def _choice(d: Mapping, key: str, where: str | None, default: str, choices) -> str:
+    value = d.get(key, default)
+    if value not in choices:
+        raise SpecError(key, value, f"expected one of {', '.join(choices)}", where)
+    return value
+
+
+def _reject_unknown(d: Mapping, known, where: str | None, what: str) -> None:
+    for key in d:
+        if key not in known:
+            raise SpecError(key, d[key], f"unknown {what} field; valid fields: {', '.join(sorted(known))}",
+                            where)
+
+
+# --------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only transformer.
+
+    ``ffn_hidden`` is the width of each feed-forward matrix: two matrices (h x f, f x h) with
+    biases for ``gelu`` (GPT), three without biases for ``swiglu`` (Llama: gate, up, down).
+    Input embedding and output projection are untied (both counted).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    ffn_type: str
+    vocab: int
+    seq_len: int
+    source: str = ""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 2 if self.ffn_type == "gelu" else 3
+
+    @property
+    def has_biases(self) -> bool:
+        return self.ffn_type == "gelu"
+
+    def params_per_layer(self) -> int:
+        """Weights (and GPT biases) of one transformer layer."""
+        h, f = self.hidden, self.ffn_hidden
+        kv = self.kv_heads * self.head_dim
+        attention = h * (h + 2 * kv) + h * h
+        mlp = self.ffn_matrices * h * f
+        norms = 4 * h if self.has_biases else 2 * h  # LayerNorm has a bias, RMSNorm does not
+        biases = (h + 2 * kv) + h + f + h if self.has_biases else 0
+        return attention + mlp + norms + biases
+
+    def params(self) -> int:
+        """All parameters: layers, final norm, input embedding (plus learned positions for GPT)
+        and the untied output projection."""
+        h = self.hidden
+        positions = self.seq_len * h if self.has_biases else 0
+        final_norm = 2 * h if self.has_biases else h
+        return self.layers * self.params_per_layer() + 2 * self.vocab * h + positions + final_norm
+
+    @classmethod
+    def from_dict(cls, d: Mapping, name: str = "custom", where: str | None = None) -> "ModelSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        _reject_unknown(d, known, where, "model")
+        hidden = _int(d, "hidden", where)
+        heads = _int(d, "heads", where)
+        if hidden % heads:
+            raise SpecError("heads", heads, f"must divide hidden = {hidden}", where)
+        kv_heads = _int(d, "kv_heads", where, default=heads)
+        if heads % kv_heads:
+            raise SpecError("kv_heads", kv_heads, f"must divide heads = {heads}", where)
+        ffn_type = _choice(d, "ffn_type", where, "gelu", FFN_TYPES)
+        if ffn_type == "gelu":
+            default_ffn = 4 * hidden
+        else:  # Llama convention: 2/3 of 4h, rounded up to a multiple of 256
+            default_ffn = 256 * math.ceil(8 * hidden / 3 / 256)
+        return cls(
+            name=str(d.get("name", name)),
+            layers=_int(d, "layers", where),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            ffn_hidden=_int(d, "ffn_hidden", where, default=default_ffn),
+            ffn_type=ffn_type,
+            vocab=_int(d, "vocab", where),
+            seq_len=_int(d, "seq_len", where),
+            source=str(d.get("source", "")),
+        )
+
+
+def resolve_model(value: str | Mapping | ModelSpec, where: str | None = None) -> ModelSpec:
+    if isinstance(value, ModelSpec):
+        return value
+    if isinstance(value, str):
+        models = catalog.models()
+        if value not in models:
+            raise SpecError("model", value, f"expected a catalog model ({', '.join(sorted(models))}) "
+                            "or a mapping of its shape", where)
+        return ModelSpec.from_dict(models[value], name=value, where=where)
+    if isinstance(value, Mapping):
+        return ModelSpec.from_dict(value, where=where)
+    raise SpecError("model", value, "expected a catalog name or a mapping", where)
+
+
+# --------------------------------------------------------------------------- system
+@dataclass(frozen=True)
+class SystemSpec:
+    """A cluster building block: nodes of identical accelerators, a scale-up domain (NVLink /
+    NVSwitch / Infinity Fabric) and a scale-out network. Bandwidths are unidirectional per GPU."""
+
+    name: str
+    accelerator: str
+    generation: str
+    peak_flops_bf16: float
+    peak_flops_fp8: float | None
+    sm_count: int
+    hbm_capacity_GiB: float
+    hbm_bandwidth_GBps: float
+    tdp_W: float
+    idle_W: float
+    gpus_per_node: int
+    scale_up_domain: int
+    scale_up_GBps_per_gpu: float
+    scale_up_latency_s: float
+    scale_out_GBps_per_gpu: float
+    scale_out_latency_s: float
+    node_overhead_W: float = 0.0
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    NUMERIC_FIELDS = (
+        "peak_flops_bf16", "peak_flops_fp8", "sm_count", "hbm_capacity_GiB", "hbm_bandwidth_GBps",
+        "tdp_W", "idle_W", "gpus_per_node", "scale_up_domain", "scale_up_GBps_per_gpu",
+        "scale_up_latency_s", "scale_out_GBps_per_gpu", "scale_out_latency_s", "node_overhead_W",
+    )
+
+    @classmethod
+    def overridable_fields(cls) -> tuple[str, ...]:
+        return ("accelerator", "generation") + cls.NUMERIC_FIELDS
+
+    @classmethod
+    def from_catalog(cls, name: str, overrides: Mapping | None = None,
+                     where: str | None = None) -> "SystemSpec":
+        systems = catalog.systems()
+        if name not in systems:
+            raise SpecError("system", name, f"expected a catalog system ({', '.join(sorted(systems))})",
+                            where)
+        entry = systems[name]
+        values: dict[str, Any] = {"name": name}
+        sources: dict[str, str] = {}
+        for key, item in entry.items():
+            if isinstance(item, Mapping) and "value" in item:
+                values[key] = item["value"]
+                sources[key] = item.get("source", "")
+            elif key != "description":
+                values[key] = item
+        overrides = dict(overrides or {})
+        overrides.pop("name", None)
+        _reject_unknown(overrides, set(cls.overridable_fields()), where, "system")
+        for key, value in overrides.items():
+            values[key] = value
+            sources[key] = "override in the run's input"
+        return cls._checked(values, sources, where)
+
+    @classmethod
+    def _checked(cls, values: dict, sources: dict, where: str | None) -> "SystemSpec":
+        generations = catalog.generations()
+        if values.get("generation") not in generations:
+            raise SpecError("generation", values.get("generation"),
+                            f"expected one of {', '.join(generations)}", where)
+        kwargs: dict[str, Any] = {"name": values["name"], "accelerator": str(values.get("accelerator", "")),
+                                  "generation": values["generation"], "sources": sources}
+        for key in cls.NUMERIC_FIELDS:
+            if key in ("sm_count", "gpus_per_node", "scale_up_domain"):
+                kwargs[key] = _int(values, key, where)
+            elif key == "peak_flops_fp8":
+                kwargs[key] = _float(values, key, where, allow_none=True)
+            elif key == "node_overhead_W":
+                kwargs[key] = _float(values, key, where, default=0.0)
+            else:
+                kwargs[key] = _float(values, key, where)
+        for key in ("peak_flops_bf16", "hbm_bandwidth_GBps", "hbm_capacity_GiB", "scale_up_GBps_per_gpu",
+                    "scale_out_GBps_per_gpu", "tdp_W"):
+            if kwargs[key] <= 0:
+                raise SpecError(key, kwargs[key], "expected a number > 0", where)
+        if kwargs["idle_W"] > kwargs["tdp_W"]:
+            raise SpecError("idle_W", kwargs["idle_W"], f"must not exceed tdp_W = {kwargs['tdp_W']}", where)
+        if kwargs["scale_up_domain"] % kwargs["gpus_per_node"]:
+            raise SpecError("scale_up_domain", kwargs["scale_up_domain"],
+                            f"must be a multiple of gpus_per_node = {kwargs['gpus_per_node']}", where)
+        return cls(**kwargs)
+
+
+def resolve_system(value: str | Mapping | SystemSpec, where: str | None = None) -> SystemSpec:
+    if isinstance(value, SystemSpec):
+        return value
+    if isinstance(value, str):
+        return SystemSpec.from_catalog(value, where=where)
+    if isinstance(value, Mapping):
+        if "name" not in value:
+            raise SpecError("system.name", None, "an overriding mapping needs the catalog name it starts from",
+                            where)
+        return SystemSpec.from_catalog(value["name"], overrides=value, where=where)
+    raise SpecError("system", value, "expected a catalog name or a mapping with name and overrides", where)
+
+
+# --------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class PlanSpec:
+    """How the model is spread: tp x cp x dp x pp GPUs (Megatron rank order: tp innermost, then
+    cp, dp, pp), micro-batching and memory-saving options.
+
+    ``zero`` is the ZeRO stage (3 = FSDP). ``shard_group`` is the number of data-parallel ranks
+    that share one copy of the sharded state: dp (the default) shards over all of them; fewer is
+    hybrid sharding (HSDP: shard inside the group, replicate across groups).
+    ``overlap_grad_reduce`` hides the data-parallel gradient reduction behind the last
+    micro-batch's backward pass (off by default, as in Megatron-LM).
+    ``flash_attention`` fuses the attention core so that no s x s score matrix reaches HBM
+    (off by default: the published Megatron runs predate it).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    interleave: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    recompute: str = "full"
+    sequence_parallel: bool = False
+    zero: int = 0
+    shard_group: int = 0  # 0 means dp
+    overlap_grad_reduce: bool = False
+    flash_attention: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def micro_batches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def shard(self) -> int:
+        return self.shard_group or self.dp
+
+    @classmethod
+    def from_dict(cls, d: Mapping, gpus: int | None = None, where: str | None = None) -> "PlanSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        _reject_unknown(d, known, where, "plan")
+        tp = _int(d, "tp", where, 1)
+        pp = _int(d, "pp", where, 1)
+        cp = _int(d, "cp", where, 1)
+        if d.get("dp") is None:
+            if gpus is None:
+                raise SpecError("plan.dp", None, "give dp or the run's gpus", where)
+            if gpus % (tp * pp * cp):
+                raise SpecError("gpus", gpus, f"must be a multiple of tp*pp*cp = {tp * pp * cp}", where)
+            dp = gpus // (tp * pp * cp)
+        else:
+            dp = _int(d, "dp", where)
+        plan = cls(
+            tp=tp, pp=pp, dp=dp, cp=cp,
+            interleave=_int(d, "interleave", where, 1),
+            micro_batch=_int(d, "micro_batch", where, 1),
+            global_batch=_int(d, "global_batch", where),
+            recompute=_choice(d, "recompute", where, "full", RECOMPUTE_MODES),
+            sequence_parallel=_bool(d, "sequence_parallel", where, False),
+            zero=_int(d, "zero", where, 0, minimum=0),
+            shard_group=_int(d, "shard_group", where, 0, minimum=0),
+            overlap_grad_reduce=_bool(d, "overlap_grad_reduce", where, False),
+            flash_attention=_bool(d, "flash_attention", where, False),
+        )
+        if plan.zero > 3:
+            raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)
+        if gpus is not None and plan.gpus != gpus:
+            raise SpecError("gpus", gpus, f"must equal tp*pp*dp*cp = {tp}*{pp}*{plan.dp}*{cp} = {plan.gpus}",
+                            where)
+        if plan.shard_group and plan.dp % plan.shard_group:
+            raise SpecError("plan.shard_group", plan.shard_group, f"must divide dp = {plan.dp}", where)
+        if plan.global_batch % (plan.dp * plan.micro_batch):
+            raise SpecError("plan.global_batch", plan.global_batch,
+                            f"must be divisible by dp*micro_batch = {plan.dp}*{plan.micro_batch}", where)
+        return plan
+
+    def check_against(self, model: ModelSpec, where: str | None = None) -> None:
+        """Combinations that are invalid for this model (the grid masks the same ones)."""
+        if model.heads % self.tp:
+            raise SpecError("plan.tp", self.tp, f"must divide heads = {model.heads}", where)
+        if model.kv_heads % self.tp:
+            raise SpecError("plan.tp", self.tp, f"must divide kv_heads = {model.kv_heads}", where)
+        if self.pp * self.interleave > model.layers:
+            raise SpecError("plan.interleave" if self.interleave > 1 else "plan.pp",
+                            self.interleave if self.interleave > 1 else self.pp,
+                            f"pp*interleave = {self.pp * self.interleave} pipeline chunks exceed "
+                            f"layers = {model.layers}", where)
+        if model.seq_len % self.cp:
+            raise SpecError("plan.cp", self.cp, f"must divide seq_len = {model.seq_len}", where)
+        if self.interleave > 1 and self.pp == 1:
+            raise SpecError("plan.interleave", self.interleave, "interleaving needs pp > 1", where)
+        if self.interleave > 1 and self.micro_batches % self.pp:
+            raise SpecError("plan.interleave", self.interleave,
+                            f"the interleaved schedule needs micro-batches ({self.micro_batches}) "
+                            f"divisible by pp = {self.pp}", where)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    id: str
+    model: ModelSpec
+    system: SystemSpec
+    plan: PlanSpec
+
+    @property
+    def gpus(self) -> int:
+        return self.plan.gpus
+
+    @classmethod
+    def from_dict(cls, d: Mapping, index: int = 0) -> "RunSpec":
+        if not isinstance(d, Mapping):
+            raise SpecError("run", d, "expected a mapping with model, system, gpus and plan", f"run {index}")
+        run_id = str(d.get("id", index))
+        where = f"run {run_id!r}"
+        _reject_unknown(d, {"id", "model", "system", "gpus", "plan"}, where, "run")
+        for key in ("model", "system", "gpus", "plan"):
+            if key not in d:
+                raise SpecError(key, None, "it is required", where)
+        model = resolve_model(d["model"], where)
+        system = resolve_system(d["system"], where)
+        gpus = _int(d, "gpus", where)
+        if not isinstance(d["plan"], Mapping):
+            raise SpecError("plan", d["plan"], "expected a mapping", where)
+        plan = PlanSpec.from_dict(d["plan"], gpus=gpus, where=where)
+        plan.check_against(model, where)
+        return cls(id=run_id, model=model, system=system, plan=plan)

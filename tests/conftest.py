@@ -1,0 +1,58 @@
+"""Shared fixtures. `quick_workflow` runs the whole Snakemake workflow in quick mode, once."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The test interpreter's bin dir (the project's .venv) first, so snakemake, papermill and the
+# Jupyter kernel are the pinned ones.
+BIN_DIR = Path(sys.executable).parent
+
+
+def workflow_env():
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(BIN_DIR), env.get("PATH", "")])
+    env.setdefault("NUMBA_CACHE_DIR", str(REPO_ROOT / ".numba_cache"))
+    env["MPLBACKEND"] = "Agg"
+    return env
+
+
+def run_snakemake(*args, timeout=1800):
+    """Run snakemake from the repository root; returns the CompletedProcess (text, merged output)."""
+    snakemake = BIN_DIR / "snakemake"
+    if not snakemake.exists():
+        pytest.fail(f"snakemake not found next to the test interpreter ({snakemake}); run `make setup`")
+    return subprocess.run(
+        [str(snakemake), "--snakefile", "workflow/Snakefile", *args],
+        cwd=REPO_ROOT,
+        env=workflow_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def tail(text, lines=60):
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def quick_workflow():
+    """Run every study in quick mode (skipped by Snakemake where outputs are up to date).
+
+    Returns the quick results folder, results/quick.
+    """
+    proc = run_snakemake("--cores", "2", "--config", "mode=quick")
+    if proc.returncode != 0:
+        pytest.fail(
+            f"quick workflow failed (exit {proc.returncode}); executed notebooks are in "
+            f"results/quick/notebooks/. Snakemake output (tail):\n{tail(proc.stdout)}",
+            pytrace=False,
+        )
+    return REPO_ROOT / "results" / "quick"

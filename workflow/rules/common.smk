@@ -1,0 +1,92 @@
+# Helpers shared by the study rules. Paths are relative to the repository root, which must be
+# the working directory (run `snakemake --snakefile workflow/Snakefile` from there).
+from pathlib import Path
+
+import yaml
+from snakemake.exceptions import WorkflowError
+
+REPO_ROOT = Path(workflow.basedir).resolve().parent
+if Path.cwd().resolve() != REPO_ROOT:
+    raise WorkflowError(
+        f"run snakemake from the repository root {REPO_ROOT} (working directory is {Path.cwd()})"
+    )
+
+MODE = config["mode"]
+# full: committed figures; other modes: under results/ (git-ignored)
+FIGURES_DIR = "figures" if MODE == "full" else f"results/{MODE}/figures"
+NOTEBOOKS_DIR = f"results/{MODE}/notebooks"
+
+# Every study reruns when the package (code or catalogs) changes.
+PACKAGE_FILES = sorted(
+    str(p)
+    for p in Path("pkg/trainscale").rglob("*")
+    if p.is_file()
+    and p.suffix in {".py", ".yaml", ".csv"}
+    and "__pycache__" not in p.parts
+)
+
+
+def rule_name(study):
+    """Rule name of a study: 'hardware-scaling' -> 'hardware_scaling'."""
+    return study.replace("-", "_")
+
+
+def study_dir(study):
+    return f"{FIGURES_DIR}/{study}"
+
+
+def study_outputs(study, files):
+    """Declared outputs (datasets and figures) of a study, in the current mode's folder."""
+    return [f"{study_dir(study)}/{name}" for name in files]
+
+
+def study_notebook(study):
+    return f"notebooks/{study}.ipynb"
+
+
+def executed_notebook(study):
+    """The executed notebook: the rule's log, so Snakemake keeps it when the notebook fails."""
+    return f"{NOTEBOOKS_DIR}/{study}.ipynb"
+
+
+def study_config(study):
+    try:
+        return config["studies"][study][MODE]
+    except KeyError:
+        raise WorkflowError(
+            f"config/config.yaml has no parameters for study '{study}' in mode '{MODE}' "
+            f"(expected studies: {study}: {MODE}: {{...}})"
+        ) from None
+
+
+def notebook_parameters(study):
+    """Papermill parameters of a study (YAML): its config for the current mode + output_dir."""
+    parameters = dict(study_config(study), output_dir=study_dir(study))
+    return yaml.safe_dump(
+        parameters, sort_keys=True, default_flow_style=True, width=10**6
+    ).strip()
+
+
+def study_runtime_min(quick, full):
+    """Runtime resource (minutes) for a SLURM profile."""
+    return quick if MODE == "quick" else full
+
+
+def vtrain_files(wildcards):
+    """vTrain ground-truth tables, when the folder exists (the notebook skips vTrain otherwise)."""
+    folder = study_config("validation").get("vtrain_dir")
+    if not folder or not Path(folder).is_dir():
+        return []
+    return sorted(str(p) for p in Path(folder).glob("*.csv"))
+
+
+def all_study_outputs():
+    """Outputs of every study in the config (each must have its own step in studies.smk)."""
+    missing = [s for s in config["studies"] if not rules.has(rule_name(s))]
+    if missing:
+        raise WorkflowError(
+            "these studies in config/config.yaml have no workflow step of the same name "
+            "(hyphens as underscores) in workflow/rules/studies.smk - "
+            + ", ".join(f"{s} needs {rule_name(s)}" for s in missing)
+        )
+    return [f for s in config["studies"] for f in getattr(rules, rule_name(s)).output]

@@ -106,7 +106,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
 def plan_fields(plan: PlanSpec) -> tuple:
     return (plan.tp, plan.pp, plan.dp, plan.cp, plan.interleave, plan.micro_batch, plan.global_batch,
             RECOMPUTE_MODES.index(plan.recompute), plan.sequence_parallel, plan.zero, plan.shard_group,
-            plan.overlap_grad_reduce, plan.flash_attention)
+            plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor)
 
 
 # --------------------------------------------------------------------------- one run
@@ -150,11 +150,12 @@ class Prediction:
 
 def _costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
     mvec, svec = model_vector(model), system_vector(system)
-    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash) = plan_fields(plan)
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)
     layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc)
     out = np.empty(K.O_SIZE)
-    plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap, out)
+    plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
+               per_tensor, out)
     return out
 
 
@@ -193,7 +194,7 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
 
 # --------------------------------------------------------------------------- grids
 GRID_AXES = ("tp", "pp", "cp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
-             "shard_group", "overlap_grad_reduce", "flash_attention")
+             "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor")
 
 
 def _axis(values, name: str) -> np.ndarray:
@@ -208,7 +209,7 @@ def _axis(values, name: str) -> np.ndarray:
     if arr.size == 0:
         raise SpecError(name, list(values), "expected at least one value")
     minimum = 0 if name in ("sequence_parallel", "zero", "shard_group", "overlap_grad_reduce",
-                            "flash_attention") else 1
+                            "flash_attention", "zero3_per_tensor") else 1
     if (arr < minimum).any():
         raise SpecError(name, list(values), f"expected integers >= {minimum}")
     return arr
@@ -230,7 +231,7 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
         name = sorted(unknown)[0]
         raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES)}")
     defaults = {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
-                "overlap_grad_reduce": [0], "flash_attention": [0]}
+                "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0]}
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in GRID_AXES}
     arrays = [_axis(values[name], name) for name in GRID_AXES]
     calib = calibration_vector(system.generation, calibration)
@@ -322,7 +323,7 @@ def rank(grid: xr.Dataset, top: int) -> list[dict]:
         idx = np.unravel_index(index, step.shape)
         plan = {name: grid[name].values[i].item() for name, i in zip(GRID_AXES, idx)}
         plan["dp"] = int(grid["dp"].values[idx])
-        for key in ("sequence_parallel", "overlap_grad_reduce", "flash_attention"):
+        for key in ("sequence_parallel", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor"):
             plan[key] = bool(plan[key])
         ranked.append({
             "plan": plan,
@@ -330,6 +331,8 @@ def rank(grid: xr.Dataset, top: int) -> list[dict]:
             "tokens_per_s": float(grid["tokens_per_s"].values[idx]),
             "mfu": float(grid["mfu"].values[idx]),
             "memory_gib_per_gpu": float(grid["memory_gib_per_gpu"].values[idx]),
+            "power_W_per_gpu": float(grid["power_W_per_gpu"].values[idx]),
+            "energy_J_per_token": float(grid["energy_J_per_token"].values[idx]),
         })
     return ranked
 
@@ -344,7 +347,8 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     micro_batch=p["micro_batch"], global_batch=global_batch, recompute=p["recompute"],
                     sequence_parallel=bool(p["sequence_parallel"]), zero=p["zero"],
                     shard_group=p.get("shard_group", 0), overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
-                    flash_attention=bool(p["flash_attention"]))
+                    flash_attention=bool(p["flash_attention"]),
+                    zero3_per_tensor=bool(p.get("zero3_per_tensor", False)))
 
 
 __all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",

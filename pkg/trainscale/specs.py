@@ -288,6 +288,9 @@ class PlanSpec:
     micro-batch's backward pass (off by default, as in Megatron-LM).
     ``flash_attention`` fuses the attention core so that no s x s score matrix reaches HBM
     (off by default: the published Megatron runs predate it).
+    ``zero3_per_tensor`` makes ZeRO-3 fetch each parameter tensor separately, as DeepSpeed's
+    ZeRO-3 did in the published comparison (Narayanan et al. 2021); off means one flat all-gather
+    per layer, as PyTorch FSDP does.
     """
 
     tp: int = 1
@@ -303,6 +306,7 @@ class PlanSpec:
     shard_group: int = 0  # 0 means dp
     overlap_grad_reduce: bool = False
     flash_attention: bool = False
+    zero3_per_tensor: bool = False
 
     @property
     def gpus(self) -> int:
@@ -342,6 +346,7 @@ class PlanSpec:
             shard_group=_int(d, "shard_group", where, 0, minimum=0),
             overlap_grad_reduce=_bool(d, "overlap_grad_reduce", where, False),
             flash_attention=_bool(d, "flash_attention", where, False),
+            zero3_per_tensor=_bool(d, "zero3_per_tensor", where, False),
         )
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)

@@ -45,6 +45,8 @@ def published_runs() -> list[MeasuredRun]:
                 "global_batch": int(row["global_batch"]), "recompute": row["recompute"],
                 "sequence_parallel": row["sequence_parallel"] == "true", "zero": int(row["zero"]),
                 "flash_attention": MEASURED_FLASH_ATTENTION}
+        if plan["zero"] == 3:  # Narayanan et al. 2021 ran DeepSpeed's ZeRO-3
+            plan["zero3_per_tensor"] = True
         # blank cells take the documented defaults (interleave 1, micro_batch 1): never searched
         for key in ("interleave", "micro_batch"):
             if row[key]:

@@ -232,7 +232,7 @@ def stage_layers(layers, pp, v):
 
 @njit(cache=True)
 def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
-               overlap, out):
+               overlap, per_tensor, out):
     """Fill ``out`` (layout ``O_*``) with the step time, its breakdown, FLOPs, memory and power
     of one plan, given its layer costs ``lc`` from :func:`layer_costs`."""
     for i in range(out.shape[0]):
@@ -255,16 +255,19 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     tp_l = lc[L_FWD_TP] + lc[L_BWD_TP] + lc[L_RECOMP_TP]
     cp_l = lc[L_CP]
 
-    # ZeRO-3 / FSDP: each parameter tensor is all-gathered before every use (forward, backward,
-    # and the recomputed forward) and its gradient reduce-scattered (bucketed), per micro-batch
+    # ZeRO-3 / FSDP: a layer's parameters are all-gathered before every use (forward, backward,
+    # and the recomputed forward) and its gradients reduce-scattered, per micro-batch. PyTorch
+    # FSDP gathers a layer as one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetched each
+    # parameter tensor separately, each fetch paying ring latency and a host-side cost.
     z3_l = 0.0
     z3_embed = 0.0
     if zero == 3 and n_shard * cp > 1:
         group = n_shard * cp
-        tensors = model[M_TENSORS_LAYER]
+        tensors = model[M_TENSORS_LAYER] if per_tensor else 1.0
+        fetch = calib[C_FETCH_S] if per_tensor else 0.0
         layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
         gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up,
-                                           bw_out, lat_out, eff) + calib[C_FETCH_S])
+                                           bw_out, lat_out, eff) + fetch)
         scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
         gathers = 3.0 if rc == RC_FULL else 2.0
         z3_l = gathers * gather + scatter

@@ -1,0 +1,378 @@
+"""The ``trainscale`` command line: predict runs, search plans, validate, calibrate, list catalogs.
+
+Every input error is reported as one line on stderr (``trainscale: error: ...``) with exit
+status 2 and nothing on stdout; input is validated completely before anything is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import __version__
+
+PROG = "trainscale"
+
+# Units and meaning of every field a run may override on a catalog system.
+SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
+    "accelerator": ("-", "accelerator model name (label only)"),
+    "generation": ("-", "accelerator generation; selects the calibration parameters"),
+    "peak_flops_bf16": ("FLOP/s", "dense BF16 (FP16 on Volta) tensor-core peak per GPU"),
+    "peak_flops_fp8": ("FLOP/s", "dense FP8 tensor-core peak per GPU (null if none)"),
+    "sm_count": ("1", "streaming multiprocessors (compute units) per GPU"),
+    "hbm_capacity_GiB": ("GiB", "HBM capacity per GPU as reported by the driver"),
+    "hbm_bandwidth_GBps": ("GB/s", "HBM bandwidth per GPU"),
+    "tdp_W": ("W", "GPU board power limit (TDP)"),
+    "idle_W": ("W", "GPU power when idle"),
+    "gpus_per_node": ("1", "GPUs per node"),
+    "scale_up_domain": ("GPUs", "GPUs in one scale-up (NVLink/NVSwitch/Infinity Fabric) domain"),
+    "scale_up_GBps_per_gpu": ("GB/s", "scale-up bandwidth per GPU, unidirectional"),
+    "scale_up_latency_s": ("s", "scale-up latency per collective step (alpha)"),
+    "scale_out_GBps_per_gpu": ("GB/s", "scale-out network bandwidth per GPU, unidirectional"),
+    "scale_out_latency_s": ("s", "scale-out latency per collective step (alpha)"),
+    "node_overhead_W": ("W", "node power besides the GPUs (CPUs, switches, NICs, fans)"),
+}
+
+
+class CLIError(Exception):
+    """An input error reported as one line with exit status 2."""
+
+
+# --------------------------------------------------------------------------- helpers
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats become None, numpy scalars become Python ones."""
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        try:
+            obj = obj.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _dump_json(obj: Any) -> None:
+    print(json.dumps(_clean(obj), indent=2, allow_nan=False))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        if value == 0:
+            return "0"
+        if 1e5 <= abs(value) < 1e12:
+            return f"{value:,.0f}"
+        if abs(value) >= 1e12 or abs(value) < 1e-3:
+            return f"{value:.3e}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Plain aligned text table (numbers right-aligned)."""
+    if not rows:
+        return "(none)"
+    columns = list(columns or rows[0].keys())
+    cells = [[_fmt(row.get(c)) for c in columns] for row in rows]
+    numeric = [all(isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool)
+                   for row in rows) for c in columns]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    out = [line(columns), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _load_yaml(path: str) -> Any:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise CLIError(f"{path}: no such file" if not p.exists() else f"{path}: not a file")
+    try:
+        with open(p, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise CLIError(f"{path}: malformed YAML: {_one_line(exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"{path}: cannot read: {_one_line(exc)}") from None
+
+
+def _run_dicts(doc: Any, path: str) -> list:
+    if isinstance(doc, Mapping) and "runs" in doc:
+        extra = sorted(set(doc) - {"runs"})
+        if extra:
+            raise CLIError(f"{path}: unexpected top-level key {extra[0]!r} next to 'runs'")
+        runs = doc["runs"]
+        if not isinstance(runs, list) or not runs:
+            raise CLIError(f"{path}: runs = {runs!r} is invalid; expected a non-empty list of runs")
+        return runs
+    if isinstance(doc, Mapping):
+        return [doc]
+    raise CLIError(f"{path}: top level = {_one_line(repr(doc))[:80]} is invalid; "
+                   "expected one run (a mapping) or 'runs:' with a list of runs")
+
+
+def _build_runs(run_dicts: list) -> list:
+    from .specs import RunSpec, SpecError
+
+    runs = []
+    for i, d in enumerate(run_dicts):
+        try:
+            runs.append(RunSpec.from_dict(d, i))
+        except SpecError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            run_id = d.get("id", i) if isinstance(d, Mapping) else i
+            raise CLIError(f"run {str(run_id)!r}: invalid input: {_one_line(exc)}") from None
+    return runs
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_predict(args) -> int:
+    from . import perfmodel
+
+    run_dicts = _run_dicts(_load_yaml(args.runs), args.runs)
+    runs = _build_runs(run_dicts)
+    results = []
+    for run in runs:
+        try:
+            results.append((run, perfmodel.predict(run).as_dict()))
+        except (ValueError, TypeError, ZeroDivisionError) as exc:
+            raise CLIError(f"run {run.id!r}: prediction failed: {_one_line(exc)}") from None
+    if args.json:
+        _dump_json([r for _, r in results])
+        return 0
+    rows = []
+    for run, r in results:
+        rows.append({
+            "id": r["id"], "model": run.model.name, "system": run.system.name, "gpus": run.gpus,
+            "tp": run.plan.tp, "pp": run.plan.pp, "dp": run.plan.dp, "cp": run.plan.cp,
+            "step_s": r["step_time_s"], "tokens/s": r["tokens_per_s"],
+            "TFLOP/s/GPU": r["model_tflops_per_gpu"], "MFU": r["mfu"], "HFU": r["hfu"],
+            "mem_GiB": r["memory_gib_per_gpu"], "W/GPU": r["power_W_per_gpu"],
+            "J/token": r["energy_J_per_token"],
+            "fits": r["fits"] if r["fits"] else f"no: {r.get('reason')}",
+        })
+    print(_table(rows))
+    return 0
+
+
+def cmd_search(args) -> int:
+    from . import perfmodel
+
+    grid, ranked = perfmodel.search(args.model, args.system, args.gpus, args.global_batch, top=args.top)
+    evaluated = int(grid["step_time_s"].size)
+    feasible = int(grid["fits"].values.sum())
+    if args.json:
+        _dump_json({"model": args.model, "system": args.system, "gpus": args.gpus,
+                    "global_batch": args.global_batch, "plans_evaluated": evaluated,
+                    "plans_feasible": feasible, "best": ranked})
+        return 0
+    print(f"{args.model} on {args.gpus} GPUs of {args.system}, global batch {args.global_batch}")
+    print(f"plans evaluated: {evaluated}, feasible: {feasible}")
+    if not ranked:
+        print("no plan fits")
+        return 0
+    rows = []
+    for rank, entry in enumerate(ranked, 1):
+        row = {"rank": rank}
+        row.update(entry["plan"])
+        row.update({"step_s": entry["step_time_s"], "tokens/s": entry["tokens_per_s"],
+                    "MFU": entry["mfu"], "mem_GiB": entry["memory_gib_per_gpu"]})
+        rows.append(row)
+    print(_table(rows))
+    return 0
+
+
+def _validation_summary(ds) -> dict:
+    import numpy as np
+
+    out = {}
+    datasets = ds["dataset"].values
+    for name in dict.fromkeys(datasets.tolist()):
+        ape = np.abs(ds["rel_error"].values[datasets == name])
+        out[name] = {"runs": int(ape.size), "mape": float(ape.mean()), "median": float(np.median(ape)),
+                     "worst": float(ape.max())}
+    return out
+
+
+def cmd_validate(args) -> int:
+    from . import validation
+
+    if args.vtrain is not None and not Path(args.vtrain).is_dir():
+        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; no such directory")
+    try:
+        ds = validation.validation_dataset(vtrain_dir=args.vtrain)
+    except FileNotFoundError as exc:
+        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; {_one_line(exc)}") from None
+    df = validation.table(ds).reset_index()
+    summary = _validation_summary(ds)
+    if args.json:
+        _dump_json({"runs": df.to_dict(orient="records"), "summary": summary})
+        return 0
+    print(_table(df.to_dict(orient="records")))
+    print()
+    rows = [{"dataset": k, "runs": v["runs"], "MAPE_%": 100 * v["mape"], "median_APE_%": 100 * v["median"],
+             "worst_APE_%": 100 * v["worst"]} for k, v in summary.items()]
+    print(_table(rows))
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from . import calibration
+
+    if not Path(args.vtrain).is_dir():
+        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; no such directory")
+    try:
+        result = calibration.fit(args.vtrain, generation=args.generation)
+    except FileNotFoundError as exc:
+        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; {_one_line(exc)}") from None
+    written = str(calibration.write_fitted(result)) if args.write else None
+    if args.json:
+        _dump_json(dict(result, written=written))
+        return 0
+    print(f"generation: {result['generation']}   datasets: {', '.join(result['datasets'])}   "
+          f"cost: {result['cost']:.6g}")
+    print(_table([{"parameter": k, "value": v} for k, v in result["values"].items()]))
+    print()
+    print(_table([{"dataset": d, "runs": e["runs"], "MAPE_%": 100 * e["mape"], "worst_APE_%": 100 * e["worst"]}
+                  for d, e in result["errors"].items()]))
+    print(f"written: {written}" if written else "not written (use --write to update the package data)")
+    return 0
+
+
+def cmd_systems(args) -> int:
+    from . import catalog
+    from .specs import SystemSpec
+
+    if args.fields:
+        rows = [{"field": f, "units": SYSTEM_FIELDS.get(f, ("", ""))[0],
+                 "meaning": SYSTEM_FIELDS.get(f, ("", ""))[1]} for f in SystemSpec.overridable_fields()]
+        if args.json:
+            _dump_json(rows)
+        else:
+            print(_table(rows))
+        return 0
+    rows = []
+    for name in catalog.systems():
+        s = SystemSpec.from_catalog(name)
+        rows.append({"name": name, "accelerator": s.accelerator, "generation": s.generation,
+                     "peak_TFLOPs_bf16": s.peak_flops_bf16 / 1e12, "HBM_GiB": s.hbm_capacity_GiB,
+                     "HBM_GBps": s.hbm_bandwidth_GBps, "gpus_per_node": s.gpus_per_node,
+                     "scale_up_domain": s.scale_up_domain, "scale_up_GBps": s.scale_up_GBps_per_gpu,
+                     "scale_out_GBps": s.scale_out_GBps_per_gpu})
+    if args.json:
+        _dump_json(rows)
+    else:
+        print(_table(rows))
+    return 0
+
+
+def cmd_models(args) -> int:
+    from . import catalog
+    from .specs import resolve_model
+
+    rows = []
+    for name in catalog.models():
+        m = resolve_model(name)
+        rows.append({"name": name, "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
+                     "kv_heads": m.kv_heads, "ffn_hidden": m.ffn_hidden, "ffn_type": m.ffn_type,
+                     "vocab": m.vocab, "seq_len": m.seq_len, "params_B": m.params() / 1e9})
+    if args.json:
+        _dump_json(rows)
+    else:
+        print(_table(rows))
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("predict", help="predict step time, throughput, MFU, memory and energy of runs")
+    p.add_argument("runs", metavar="RUNS.yaml", help="one run (a mapping) or 'runs:' with a list of runs")
+    p.add_argument("--json", action="store_true", help="print one JSON array, one object per run")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("search", help="search the plan space for the fastest plans that fit")
+    p.add_argument("--model", required=True, help="catalog model name")
+    p.add_argument("--system", required=True, help="catalog system name")
+    p.add_argument("--gpus", required=True, type=_positive_int)
+    p.add_argument("--global-batch", required=True, type=_positive_int, help="sequences per step")
+    p.add_argument("--top", type=_positive_int, default=5, help="plans to show (default 5)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("validate", help="predicted vs measured on the published (and vTrain) runs")
+    p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("calibrate", help="fit the performance-model parameters on the measured runs")
+    p.add_argument("--vtrain", metavar="DIR", required=True, help="vTrain folder with ground_truth_multi.csv")
+    p.add_argument("--generation", default="ampere", help="accelerator generation to fit (default ampere)")
+    p.add_argument("--write", action="store_true", help="write the fitted values into the package data")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("systems", help="list catalog systems")
+    p.add_argument("--fields", action="store_true", help="list the fields a run may override, with units")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_systems)
+
+    p = sub.add_parser("models", help="list catalog models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .specs import SpecError
+
+    try:
+        return args.func(args)
+    except (SpecError, CLIError) as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `trainscale models | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

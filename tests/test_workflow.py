@@ -1,15 +1,15 @@
 """The Snakemake workflow: config validation, lint, and the quick run of every study."""
 
+import subprocess
+
 import nbformat
 import pytest
 import xarray as xr
 import yaml
 
-from conftest import REPO_ROOT, run_snakemake, tail
+from conftest import BIN_DIR, REPO_ROOT, run_snakemake, tail
 
 pytestmark = pytest.mark.workflow
-
-QUICK = REPO_ROOT / "results" / "quick"
 
 # Outputs each study must declare (relative to its figures folder), with the dims and data
 # variables of each dataset.
@@ -75,10 +75,6 @@ def test_lint():
 
 
 def test_snakefmt():
-    import subprocess
-
-    from conftest import BIN_DIR
-
     proc = subprocess.run(
         [str(BIN_DIR / "snakefmt"), "--check", "workflow"],
         cwd=REPO_ROOT,

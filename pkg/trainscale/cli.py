@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -77,7 +78,7 @@ def _fmt(value: Any) -> str:
             return "-"
         if value == 0:
             return "0"
-        if 1e5 <= abs(value) < 1e12:
+        if 1e4 <= abs(value) < 1e12:
             return f"{value:,.0f}"
         if abs(value) >= 1e12 or abs(value) < 1e-3:
             return f"{value:.3e}"
@@ -369,8 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, CLIError) as exc:
         print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. `trainscale models | head`
-        sys.stderr.close()
+    except BrokenPipeError:  # e.g. `trainscale models | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 0
 
 

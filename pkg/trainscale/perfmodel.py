@@ -279,9 +279,14 @@ def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list
 
 # --------------------------------------------------------------------------- search
 def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch: int) -> dict:
-    """A broad plan space: every power-of-two (and node-size) degree, all options."""
+    """A broad plan space: every power-of-two (and node-size) degree, all options.
+
+    ``shard_group`` adds hybrid sharding (HSDP) for ZeRO >= 1: besides sharding over all of dp
+    (0), shard groups of one node (8 GPUs) up to 512 ranks in powers of two (below the GPU count).
+    """
     pow2 = [2**i for i in range(0, 14) if 2**i <= gpus]
     pp = sorted({p for p in pow2 + [3, 5, 6, 12, 24] if p <= model.layers and gpus % p == 0})
+    shard = [0] + [g for g in pow2 if 8 <= g <= min(512, gpus // 2)]
     return {
         "tp": [t for t in pow2 if t <= min(model.heads, 64)],
         "pp": pp,
@@ -291,6 +296,7 @@ def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch:
         "recompute": list(RECOMPUTE_MODES),
         "sequence_parallel": [0, 1],
         "zero": [0, 1, 2, 3],
+        "shard_group": shard,
         "overlap_grad_reduce": [0, 1],
         "flash_attention": [0, 1],
     }

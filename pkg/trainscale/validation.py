@@ -18,6 +18,7 @@ import pandas as pd
 import xarray as xr
 
 from . import catalog, perfmodel
+from .io import provenance
 from .specs import ModelSpec, PlanSpec, RunSpec, SystemSpec, resolve_model
 
 VTRAIN_SYSTEM = "dgx-a100-80gb"
@@ -133,6 +134,9 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
             ds.attrs[f"mape_{key}"] = float(ape.mean())
             ds.attrs[f"max_abs_error_{key}"] = float(ape.max())
     ds.attrs["calibration"] = str(perfmodel.calibration_parameters("ampere", calibration))
+    ds.attrs.update(provenance({"vtrain_dir": None if vtrain_dir is None else str(vtrain_dir),
+                                "include_vtrain_single": bool(include_vtrain_single),
+                                "calibration": dict(calibration or {})}))
     return ds
 
 

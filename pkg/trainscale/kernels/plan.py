@@ -97,7 +97,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
         attention_core = 9.0 * mb * (a / t) * sc * s
     fwd_elem_bytes = norm_drop_res + activation_fn + attention_core
     fwd_elem = memory_bound_time(fwd_elem_bytes, ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
-    bwd_elem = memory_bound_time(2.0 * fwd_elem_bytes, ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
+    bwd_elem = memory_bound_time(2.0 * fwd_elem_bytes, 2.0 * ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
     attn_elem = memory_bound_time(attention_core, 2.0, hbm, calib)
 
     # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence

@@ -1,0 +1,328 @@
+"""The Numba kernels against closed forms, textbook formulas and a pure-Python reference run."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainscale import perfmodel
+from trainscale.kernels import collectives as C
+from trainscale.kernels import compute
+from trainscale.kernels import layout as K
+from trainscale.kernels.grid import evaluate_grid as grid_kernel
+from trainscale.kernels.plan import layer_costs, plan_costs, stage_layers
+from trainscale.specs import ModelSpec, PlanSpec, RunSpec, resolve_model, resolve_system
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FAST = settings(max_examples=50, deadline=None)
+
+# A100-like two-tier network (SI units)
+BW_UP, LAT_UP = 300e9, 2e-6
+BW_OUT, LAT_OUT = 25e9, 5e-6
+ETA = 0.85
+DOMAIN = 8
+
+
+def rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+# --------------------------------------------------------------------------- collectives
+@FAST
+@given(n=st.integers(2, DOMAIN), nbytes=st.floats(1.0, 1e11))
+def test_allreduce_inside_domain_is_textbook_ring(n, nbytes):
+    expected = 2 * (n - 1) / n * nbytes / (ETA * BW_UP) + 2 * (n - 1) * LAT_UP
+    got = C.allreduce_time(nbytes, n, 1, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
+    assert got == pytest.approx(expected, rel=1e-12)
+    phase = C.ring_phase_time(nbytes, n, BW_UP, LAT_UP, ETA)
+    assert phase == pytest.approx((n - 1) / n * nbytes / (ETA * BW_UP) + (n - 1) * LAT_UP, rel=1e-12)
+    assert C.allgather_time(nbytes, n, 1, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA) == pytest.approx(
+        phase, rel=1e-12)
+
+
+@FAST
+@given(n=st.integers(2, 512), stride=st.integers(DOMAIN, 4096), nbytes=st.floats(1.0, 1e11))
+def test_allreduce_one_member_per_domain_is_flat_scale_out_ring(n, stride, nbytes):
+    expected = 2 * (n - 1) / n * nbytes / (ETA * BW_OUT) + 2 * (n - 1) * LAT_OUT
+    got = C.allreduce_time(nbytes, n, stride, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("nbytes", [1e3, 1e5, 1e7, 1e9, 1e11])
+def test_allreduce_hierarchical_case_is_min_of_ring_and_2d(nbytes):
+    n, n_in, n_out = 64, 8, 8
+    assert C.group_split(n, 1, DOMAIN) == (n_in, n_out)
+    bus = min(BW_UP, n_in * BW_OUT)  # 200 GB/s: each of the 8 GPUs of a node drives its NIC
+    ring = 2 * ((n - 1) * LAT_OUT + (n - 1) / n * nbytes / (ETA * bus))
+    hier = (2 * ((n_in - 1) * LAT_UP + (n_in - 1) / n_in * nbytes / (ETA * BW_UP))
+            + 2 * ((n_out - 1) * LAT_OUT + (n_out - 1) / n_out * (nbytes / n_in) / (ETA * BW_OUT)))
+    got = C.allreduce_time(nbytes, n, 1, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
+    assert got == pytest.approx(min(ring, hier), rel=1e-12)
+    # both branches are exercised: latency-bound messages go hierarchical, big ones ring
+    if nbytes <= 1e5:
+        assert hier < ring
+    if nbytes >= 1e9:
+        assert ring < hier
+
+
+@pytest.mark.parametrize("n, stride, bus", [(8, 1, BW_UP), (64, DOMAIN, BW_OUT), (4, 2, BW_UP)])
+def test_busbw_rises_with_size_and_tends_to_eta_b(n, stride, bus):
+    sizes = np.logspace(3, 13, 41)
+    bw = np.array([C.allreduce_busbw_GBps(s, n, stride, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
+                   for s in sizes])
+    assert np.all(np.diff(bw) > 0), bw
+    limit = ETA * bus / 1e9
+    assert bw[-1] == pytest.approx(limit, rel=0.01), (bw[-1], limit)
+    assert bw[0] < 0.5 * limit  # small messages are latency bound
+
+
+# --------------------------------------------------------------------------- GEMM efficiency
+SMS, TILE_M, TILE_N, ETA_MAX, K_HALF = 108.0, 128.0, 256.0, 0.77, 64.0
+
+
+def gemm_eff(m, n, k, batch):
+    return compute.gemm_efficiency(m, n, k, batch, SMS, ETA_MAX, K_HALF, TILE_M, TILE_N)
+
+
+@pytest.mark.parametrize("m, n, batch", [(128 * 108, 256, 1), (128 * 54, 512, 1), (128, 256, 108),
+                                         (128 * 27, 256 * 8, 2)])
+@pytest.mark.parametrize("k", [64, 1024, 12288])
+def test_gemm_efficiency_full_waves(m, n, batch, k):
+    tiles = batch * (m // 128) * (n // 256)
+    assert tiles % 108 == 0
+    assert gemm_eff(m, n, k, batch) == pytest.approx(ETA_MAX * k / (k + K_HALF), rel=1e-12)
+
+
+def test_gemm_wave_quantisation():
+    k = 4096
+    full = gemm_eff(128, 256, k, 108)  # 108 tiles: one full wave
+    one_more = gemm_eff(128, 256, k, 109)  # 109 tiles: two waves, the second nearly empty
+    assert one_more / full == pytest.approx(109 / 216, rel=1e-12)
+    # the same through m: one extra tile row of 256-wide tiles
+    full_m = gemm_eff(128 * 108, 256, k, 1)
+    extra_m = gemm_eff(128 * 109, 256, k, 1)
+    assert extra_m / full_m == pytest.approx(109 / 216, rel=1e-12)
+    # a partial edge tile: m = 64 fills half of each 128-row tile
+    assert gemm_eff(64, 256, k, 216) / full == pytest.approx(0.5, rel=1e-12)
+
+
+@FAST
+@given(m=st.integers(1, 100_000), n=st.integers(1, 100_000), k=st.integers(1, 100_000),
+       batch=st.integers(1, 512))
+def test_gemm_efficiency_never_exceeds_eta_max(m, n, k, batch):
+    eff = gemm_eff(m, n, k, batch)
+    assert 0.0 < eff <= ETA_MAX
+
+
+# --------------------------------------------------------------------------- parameters and FLOPs
+def megatron_params(model: ModelSpec) -> float:
+    l, h, V, s = model.layers, model.hidden, model.vocab, model.seq_len
+    return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+
+
+@pytest.mark.parametrize("name", ["gpt-1.7b", "gpt3-175b", "gpt-18.4b", "gpt-1t"])
+def test_gpt_params_megatron_closed_form(name):
+    model = resolve_model(name)
+    h, V = model.hidden, model.vocab
+    # Megatron's eq. counts the tied embedding once and omits the final LayerNorm (weight + bias);
+    # we count an untied output projection (V h) and the final LayerNorm (2 h).
+    expected = megatron_params(model) + V * h + 2 * h
+    assert model.params() == round(expected)
+    assert abs(model.params() - expected) < 1e-3 * h  # the closed form is exact, not rounded
+
+
+def test_llama2_7b_params_match_meta():
+    assert resolve_model("llama2-7b").params() == 6_738_415_616
+
+
+def megatron_run(recompute, gpus=1024, tp=8, pp=16, gb=1536, mb=1, name="gpt3-175b"):
+    return RunSpec(id="flops", model=resolve_model(name), system=resolve_system("dgx-a100-80gb"),
+                   plan=PlanSpec(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=mb, global_batch=gb,
+                                 recompute=recompute))
+
+
+@pytest.mark.parametrize("mb", [1, 2])
+def test_flops_megatron_eq3(mb):
+    run = megatron_run("full", mb=mb)
+    m = run.model
+    B, s, l, h, V = run.plan.global_batch, m.seq_len, m.layers, m.hidden, m.vocab
+    p = perfmodel.predict(run)
+    hw = p.hardware_tflops_per_gpu * 1e12 * p.step_time_s * run.gpus
+    model_flops = p.model_tflops_per_gpu * 1e12 * p.step_time_s * run.gpus
+    eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    assert rel(hw, eq3) < 1e-9, (hw, eq3)
+    expected_model = 72 * B * s * l * h * h * (1 + s / (6 * h)) + 6 * B * s * h * V
+    assert rel(model_flops, expected_model) < 1e-9, (model_flops, expected_model)
+    # without recomputation hardware FLOPs are model FLOPs; selective adds the attention core
+    none = perfmodel.predict(megatron_run("none", mb=mb))
+    assert rel(none.hardware_tflops_per_gpu * none.step_time_s * run.gpus * 1e12, expected_model) < 1e-9
+    sel = perfmodel.predict(megatron_run("selective", mb=mb))
+    assert rel(sel.hardware_tflops_per_gpu * sel.step_time_s * run.gpus * 1e12,
+               expected_model + 4 * B * s * s * l * h) < 1e-9
+
+
+# --------------------------------------------------------------------------- pipeline
+@FAST
+@given(layers=st.integers(1, 200), pp=st.integers(1, 64), v=st.integers(1, 8))
+def test_stage_layers_balanced(layers, pp, v):
+    if pp * v > layers or (v > 1 and pp == 1):
+        return
+    first, mid, last = stage_layers(layers, pp, v)
+    base = layers // (pp * v)
+    for n in (first, mid, last):  # chunks of base or base + 1 layers
+        assert v * base <= n <= v * (base + 1)
+    if layers % (pp * v) == 0:
+        assert first == mid == last == layers // pp
+    if pp == 1:
+        assert first == mid == last == layers
+    elif pp == 2:
+        assert first + last == layers
+    else:  # the middle devices hold the rest, the most loaded one has `mid`
+        rest = layers - first - last
+        assert (pp - 2) * v * base <= rest <= (pp - 2) * mid
+        assert mid == -(-rest // (pp - 2))
+        assert first <= mid and last <= mid
+
+
+def _vectors(model, system):
+    model, system = resolve_model(model), resolve_system(system)
+    return (perfmodel.model_vector(model), perfmodel.system_vector(system),
+            perfmodel.calibration_vector(system.generation))
+
+
+@pytest.mark.parametrize("pp, v, micro", [(2, 1, 8), (4, 1, 16), (8, 1, 8), (8, 1, 32), (4, 2, 8),
+                                          (8, 2, 16), (2, 2, 4), (16, 2, 32)])
+def test_pipeline_bubble_closed_form(pp, v, micro):
+    mvec, svec, calib = _vectors("gpt3-175b", "dgx-a100-80gb")
+    tp, dp, mb = 8, 2, 1
+    lc = np.empty(K.L_SIZE)
+    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_FULL, False, False, lc)
+    lc[K.L_HEAD_FWD] = lc[K.L_HEAD_BWD] = 0.0  # uniform stages: no output layer on the last
+    out = np.empty(K.O_SIZE)
+    plan_costs(mvec, svec, calib, lc, tp * pp * dp, tp, pp, dp, 1, v, mb, dp * mb * micro, K.RC_FULL, 0, 0,
+               False, False, out)
+    assert out[K.O_REASON] in (K.R_OK, K.R_MEMORY)  # memory is beside the point here
+    steady = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + out[K.O_PP_COMM]
+    assert steady == pytest.approx(out[K.O_STEP] - out[K.O_BUBBLE] - out[K.O_DP_COMM] - out[K.O_OPTIMIZER],
+                                   rel=1e-12)
+    assert out[K.O_BUBBLE] / steady == pytest.approx((pp - 1) / (v * micro), rel=1e-12)
+
+
+# --------------------------------------------------------------------------- grid
+SMALL = dict(tp=[1, 2, 4, 8], pp=[1, 2, 4], micro_batch=[1, 2], recompute=["none", "selective", "full"],
+             zero=[0, 3], sequence_parallel=[0, 1])
+
+
+@pytest.fixture(scope="module")
+def small_grid():
+    return perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, **SMALL)
+
+
+def test_grid_equals_scalar_predict(small_grid):
+    ds = small_grid
+    model, system = resolve_model("llama2-7b"), resolve_system("dgx-h100")
+    step = ds["step_time_s"]
+    checked = 0
+    for idx in np.ndindex(step.shape):
+        if not np.isfinite(step.values[idx]):
+            continue
+        entry = {name: ds[name].values[i].item() for name, i in zip(perfmodel.GRID_AXES, idx)}
+        entry["dp"] = int(ds["dp"].values[idx])
+        plan = perfmodel.plan_from_grid_entry(entry, 128)
+        p = perfmodel.predict(RunSpec(id="g", model=model, system=system, plan=plan))
+        assert p.step_time_s == pytest.approx(float(step.values[idx]), rel=1e-12, abs=0)
+        assert p.memory_gib_per_gpu == pytest.approx(float(ds["memory_gib_per_gpu"].values[idx]), rel=1e-12)
+        assert p.mfu == pytest.approx(float(ds["mfu"].values[idx]), rel=1e-12)
+        assert p.fits == bool(ds["fits"].values[idx])
+        for name in p.breakdown:
+            assert p.breakdown[name] == pytest.approx(float(ds[f"time_{name}_s"].values[idx]), rel=1e-12,
+                                                      abs=1e-15)
+        checked += 1
+    assert checked >= 200, checked  # most of the 576 plans are valid
+
+
+def test_grid_reason_codes():
+    ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 96, 96, tp=[3], pp=[1])
+    assert int(ds["reason"].item()) == K.R_TP_HEADS and np.isnan(ds["step_time_s"].item())
+    ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[3], pp=[1])
+    assert int(ds["reason"].item()) == K.R_GPUS and np.isnan(ds["step_time_s"].item())  # 3 does not divide 64
+    ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[1], pp=[8], interleave=[8])
+    assert int(ds["reason"].item()) == K.R_PP_LAYERS and np.isnan(ds["step_time_s"].item())  # 64 > 32 layers
+    ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[1], pp=[1], micro_batch=[4])
+    assert int(ds["reason"].item()) == K.R_BATCH and np.isnan(ds["step_time_s"].item())  # dp*mb = 256
+    ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[4], pp=[2], micro_batch=[1])
+    assert int(ds["reason"].item()) == K.R_OK and np.isfinite(ds["step_time_s"].item())
+    assert ds.attrs and ds["reason"].attrs["reasons"][K.R_MEMORY] == "does not fit in accelerator memory"
+
+
+def _kernel_args(model, system, gpus, gb, **axes):
+    model, system = resolve_model(model), resolve_system(system)
+    defaults = {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
+                "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0]}
+    arrays = [perfmodel._axis(list(axes.get(n, defaults.get(n, [1]))), n) for n in perfmodel.GRID_AXES]
+    return (perfmodel.model_vector(model), perfmodel.system_vector(system),
+            perfmodel.calibration_vector(system.generation), gpus, gb, *arrays)
+
+
+def test_grid_independent_of_thread_count():
+    args = _kernel_args("llama2-7b", "dgx-h100", 64, 128, **SMALL, flash_attention=[0, 1],
+                        overlap_grad_reduce=[0, 1])
+    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one, dp1 = grid_kernel(*args)
+        numba.set_num_threads(threads)
+        two, dp2 = grid_kernel(*args)
+    finally:
+        numba.set_num_threads(before)
+    assert one.shape == (1152, K.O_SIZE)
+    assert np.isfinite(one[:, K.O_STEP]).sum() > 500
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(dp1, dp2)
+
+
+REFERENCE_AXES = dict(tp=[1, 2, 8], pp=[1, 4], cp=[1, 2], interleave=[1, 2], micro_batch=[1, 2],
+                      recompute=["none", "selective", "full"], sequence_parallel=[0, 1], zero=[0, 1, 3],
+                      shard_group=[0, 4], overlap_grad_reduce=[0, 1], flash_attention=[0, 1],
+                      zero3_per_tensor=[0, 1])
+
+
+def test_grid_matches_pure_python_reference(tmp_path):
+    case = {"model": "llama2-7b", "system": "dgx-a100-80gb", "gpus": 64, "gb": 64}
+    script = textwrap.dedent(f"""
+        import json, numpy as np
+        from trainscale import perfmodel
+        from trainscale.kernels.grid import evaluate_grid
+        from trainscale.specs import resolve_model, resolve_system
+        case = json.loads({json.dumps(json.dumps(case))})
+        axes = json.loads({json.dumps(json.dumps(REFERENCE_AXES))})
+        m, s = resolve_model(case["model"]), resolve_system(case["system"])
+        arrays = [perfmodel._axis(axes[n], n) for n in perfmodel.GRID_AXES]
+        res, dp = evaluate_grid(perfmodel.model_vector(m), perfmodel.system_vector(s),
+                                perfmodel.calibration_vector(s.generation), case["gpus"], case["gb"], *arrays)
+        np.save({str(tmp_path / 'ref.npy')!r}, res)
+        np.save({str(tmp_path / 'dp.npy')!r}, dp)
+    """)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = np.load(tmp_path / "ref.npy")
+    jit, dp = grid_kernel(*_kernel_args(case["model"], case["system"], case["gpus"], case["gb"],
+                                        **REFERENCE_AXES))
+    assert ref.shape == jit.shape
+    np.testing.assert_array_equal(np.load(tmp_path / "dp.npy"), dp)
+    np.testing.assert_array_equal(np.isnan(ref), np.isnan(jit))
+    finite = np.isfinite(jit[:, K.O_STEP])
+    assert finite.sum() > 100
+    np.testing.assert_allclose(jit, ref, rtol=1e-12, atol=0, equal_nan=True)

@@ -86,11 +86,11 @@ def test_busbw_rises_with_size_and_tends_to_eta_b(n, stride, bus):
 
 
 # --------------------------------------------------------------------------- GEMM efficiency
-SMS, TILE_M, TILE_N, ETA_MAX, K_HALF = 108.0, 128.0, 256.0, 0.77, 64.0
+SMS, TILE_M, TILE_N, ETA_MAX = 108.0, 128.0, 256.0, 0.77
 
 
 def gemm_eff(m, n, k, batch):
-    return compute.gemm_efficiency(m, n, k, batch, SMS, ETA_MAX, K_HALF, TILE_M, TILE_N)
+    return compute.gemm_efficiency(m, n, batch, SMS, ETA_MAX, TILE_M, TILE_N)
 
 
 @pytest.mark.parametrize("m, n, batch", [(128 * 108, 256, 1), (128 * 54, 512, 1), (128, 256, 108),
@@ -99,7 +99,7 @@ def gemm_eff(m, n, k, batch):
 def test_gemm_efficiency_full_waves(m, n, batch, k):
     tiles = batch * (m // 128) * (n // 256)
     assert tiles % 108 == 0
-    assert gemm_eff(m, n, k, batch) == pytest.approx(ETA_MAX * k / (k + K_HALF), rel=1e-12)
+    assert gemm_eff(m, n, k, batch) == pytest.approx(ETA_MAX, rel=1e-12)
 
 
 def test_gemm_wave_quantisation():
@@ -254,7 +254,9 @@ def test_grid_reason_codes():
     ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 96, 96, tp=[3], pp=[1])
     assert int(ds["reason"].item()) == K.R_TP_HEADS and np.isnan(ds["step_time_s"].item())
     ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[3], pp=[1])
-    assert int(ds["reason"].item()) == K.R_GPUS and np.isnan(ds["step_time_s"].item())  # 3 does not divide 64
+    assert int(ds["reason"].item()) == K.R_TP_HEADS and np.isnan(ds["step_time_s"].item())  # first reason wins
+    ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[2], pp=[3])
+    assert int(ds["reason"].item()) == K.R_GPUS and np.isnan(ds["step_time_s"].item())  # 2*3 does not divide 64
     ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[1], pp=[8], interleave=[8])
     assert int(ds["reason"].item()) == K.R_PP_LAYERS and np.isnan(ds["step_time_s"].item())  # 64 > 32 layers
     ds = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 64, 128, tp=[1], pp=[1], micro_batch=[4])

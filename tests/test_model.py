@@ -62,22 +62,50 @@ def structurally_valid(p):
 # --------------------------------------------------------------------------- hardware monotonicity
 @FAST
 @given(run=runs(), factor=st.sampled_from([1.5, 2.0, 4.0]))
-def test_faster_hardware_never_slows_a_step(run, factor):
+def test_more_network_bandwidth_never_slows_a_step(run, factor):
     base = predict(run)
     assert structurally_valid(base) and math.isfinite(base.step_time_s) and base.step_time_s > 0
     s = run.system
-    faster = {
-        "scale_out_GBps_per_gpu": s.scale_out_GBps_per_gpu * factor,
-        "scale_up_GBps_per_gpu": s.scale_up_GBps_per_gpu * factor,
-        "peak_flops_bf16": s.peak_flops_bf16 * factor,
-        "hbm_bandwidth_GBps": s.hbm_bandwidth_GBps * factor,
-    }
-    tol = 1 + 1e-12
+    faster = {"scale_out_GBps_per_gpu": s.scale_out_GBps_per_gpu * factor,
+              "scale_up_GBps_per_gpu": s.scale_up_GBps_per_gpu * factor}
     for key, value in faster.items():
         t = predict(with_system(run, **{key: value})).step_time_s
-        assert t <= base.step_time_s * tol, (key, factor, t, base.step_time_s, describe(run))
-    everything = predict(with_system(run, **faster)).step_time_s
-    assert everything <= base.step_time_s * tol
+        assert t <= base.step_time_s * (1 + 1e-12), (key, factor, t, base.step_time_s, describe(run))
+    assert predict(with_system(run, **faster)).step_time_s <= base.step_time_s * (1 + 1e-12)
+
+
+@FAST
+@given(run=runs(), factor=st.sampled_from([1.5, 2.0, 4.0]))
+def test_faster_gpu_never_slows_a_step(run, factor):
+    base = predict(run)
+    s = run.system
+    faster = {"peak_flops_bf16": s.peak_flops_bf16 * factor, "hbm_bandwidth_GBps": s.hbm_bandwidth_GBps * factor}
+    for key, value in faster.items():
+        t = predict(with_system(run, **{key: value})).step_time_s
+        assert t <= base.step_time_s * (1 + 1e-12), (key, factor, t, base.step_time_s, describe(run))
+    assert predict(with_system(run, **faster)).step_time_s <= base.step_time_s * (1 + 1e-12)
+
+
+# cases that once made a faster GPU slower: the overlap windows used compute time only
+OVERLAP_REGRESSIONS = [
+    # cp ring exposure grows as the attention core shrinks, and ZeRO-3 prefetch is hidden only
+    # behind compute + recompute + tp (not the exposed cp time): +1.0% step for a 2x faster GPU
+    ("gpt-1.7b", "dgx-a100-80gb", dict(tp=8, pp=1, dp=2, cp=2, global_batch=2, recompute="none", zero=3,
+                                       overlap_grad_reduce=True)),
+    # cp = 1, hybrid sharding: the dp all-reduce is hidden behind the compute-only backward
+    # time, which shrinks while the layer time stays ZeRO-3-bound: +0.8%
+    ("gpt3-175b", "dgx-h100", dict(tp=8, pp=1, dp=4, global_batch=44, zero=3, shard_group=2,
+                                   overlap_grad_reduce=True, flash_attention=True)),
+]
+
+
+@pytest.mark.parametrize("model, system, plan", OVERLAP_REGRESSIONS)
+def test_faster_gpu_with_overlapped_zero3(model, system, plan):
+    run = RunSpec(id="k", model=resolve_model(model), system=SystemSpec.from_catalog(system),
+                  plan=PlanSpec(**plan))
+    base = predict(run).step_time_s
+    t = predict(with_system(run, peak_flops_bf16=run.system.peak_flops_bf16 * 2)).step_time_s
+    assert t <= base, f"2x peak FLOP/s: step {base:.6f} s -> {t:.6f} s (+{100 * (t / base - 1):.2f}%)"
 
 
 @FAST
@@ -104,8 +132,13 @@ def test_memory_falls_when_tp_doubles(run):
 @given(run=runs(pp_max=8))
 def test_memory_falls_when_pp_doubles(run):
     pp = run.plan.pp * 2
-    v = run.plan.interleave
-    assume(pp * v <= run.model.layers and (v == 1 or run.plan.micro_batches % pp == 0))
+    # 1F1B only: with interleaving the first stage keeps 1 + (pp-1)/(pp v) times the layers'
+    # activations (Korthikanti et al. 2022), which grows with pp
+    run = dataclasses.replace(run, plan=dataclasses.replace(run.plan, interleave=1))
+    # uniform stages only: with an uneven split the model charges the heaviest middle stage
+    # (extra layer) with the pp-1 in-flight micro-batches of the second stage, a pessimistic bound
+    # that can grow with pp (gpt-1.7b, pp 8 -> 16: 21.5 -> 22.4 GiB)
+    assume(run.model.layers % pp == 0)
     base, doubled = predict(run), predict(run, pp=pp)
     assert structurally_valid(doubled)
     assert doubled.memory_gib_per_gpu <= base.memory_gib_per_gpu * (1 + 1e-12), (run.plan, base, doubled)
@@ -130,6 +163,9 @@ def test_memory_falls_with_zero_stage(run):
 @FAST
 @given(run=runs())
 def test_memory_ordered_by_recompute(run):
+    # full recomputation keeps each layer's input besides one recomputed layer: below two layers
+    # per stage that is more than selective recomputation's activations
+    assume(run.model.layers // run.plan.pp >= 2)
     full, selective, none = (predict(run, recompute=r).memory_gib_per_gpu for r in ("full", "selective", "none"))
     assert 0 < full <= selective * (1 + 1e-12), (full, selective, describe(run))
     assert selective <= none * (1 + 1e-12), (selective, none, describe(run))

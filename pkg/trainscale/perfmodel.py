@@ -64,7 +64,7 @@ def system_vector(system: SystemSpec) -> np.ndarray:
     return vec
 
 
-FITTED = ("gemm_peak_efficiency", "gemm_k_half", "network_efficiency", "zero3_fetch_s")
+FITTED = ("gemm_peak_efficiency", "network_efficiency", "zero3_fetch_s")
 
 
 def calibration_parameters(generation: str, overrides: Mapping[str, float] | None = None) -> dict:
@@ -90,7 +90,6 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     common = cal["common"]
     vec = np.zeros(K.C_SIZE)
     vec[K.C_GEMM_PEAK_EFF] = params["gemm_peak_efficiency"]
-    vec[K.C_GEMM_K_HALF] = params["gemm_k_half"]
     vec[K.C_NET_EFF] = params["network_efficiency"]
     vec[K.C_FETCH_S] = params["zero3_fetch_s"]
     vec[K.C_TILE_M] = fixed["tile_m"]["value"]

@@ -9,31 +9,31 @@ the work is quantised twice — partial tiles at the edges and a partial last wa
     \mathrm{waves} = \lceil \mathrm{tiles} / N_\mathrm{SM} \rceil,\quad
     q = \frac{b\,m\,n}{\mathrm{waves}\; N_\mathrm{SM}\, T_m T_n}
 
-and each tile's main loop over ``k`` amortises a fixed prologue/epilogue, so
+so that
 
-.. math:: \eta(m, n, k) = \eta_\max \; q \; \frac{k}{k + k_{1/2}}
+.. math:: \eta(m, n) = \eta_\max \; q
 
-with two fitted parameters per generation (``eta_max``, ``k_half``); tile sizes and SM counts
-are the hardware's. The time is the roofline maximum of compute and HBM traffic plus a fixed
-per-kernel cost:
+with one fitted parameter per generation (``eta_max``); tile sizes and SM counts are the
+hardware's. The reduction depth ``k`` enters through the arithmetic intensity: the time is the
+roofline maximum of compute and HBM traffic, plus a fixed per-kernel cost:
 
 .. math:: t = \max\left(\frac{2bmnk}{\eta P},\ \frac{2b(mk + kn + mn)}{\eta_\mathrm{HBM} B_\mathrm{HBM}}\right) + t_\mathrm{kernel}
 """
 
 from numba import njit
 
-from .layout import C_GEMM_K_HALF, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
+from .layout import C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
 
 
 @njit(cache=True)
-def gemm_efficiency(m, n, k, batch, sms, peak_eff, k_half, tile_m, tile_n):
+def gemm_efficiency(m, n, batch, sms, peak_eff, tile_m, tile_n):
     """Achievable fraction of peak FLOP/s for a (batched) GEMM of shape m x n x k."""
     tiles_m = (m + tile_m - 1) // tile_m
     tiles_n = (n + tile_n - 1) // tile_n
     tiles = batch * tiles_m * tiles_n
     waves = (tiles + sms - 1) // sms
     quantisation = (batch * m * n) / (waves * sms * tile_m * tile_n)
-    return peak_eff * quantisation * k / (k + k_half)
+    return peak_eff * quantisation
 
 
 @njit(cache=True)
@@ -41,8 +41,7 @@ def gemm_time(m, n, k, batch, peak_flops, hbm_bw, sms, calib):
     """Seconds for a (batched) GEMM of shape m x n x k with 16-bit operands."""
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
-    eff = gemm_efficiency(m, n, k, batch, sms, calib[C_GEMM_PEAK_EFF], calib[C_GEMM_K_HALF],
-                          calib[C_TILE_M], calib[C_TILE_N])
+    eff = gemm_efficiency(m, n, batch, sms, calib[C_GEMM_PEAK_EFF], calib[C_TILE_M], calib[C_TILE_N])
     flops = 2.0 * batch * m * n * k
     t_compute = flops / (eff * peak_flops)
     t_memory = 2.0 * batch * (m * k + k * n + m * n) / (calib[C_HBM_EFF] * hbm_bw)

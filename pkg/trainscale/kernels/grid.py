@@ -11,17 +11,23 @@ own output row: no reductions, so results do not depend on the thread count.
 import numpy as np
 from numba import njit, prange
 
-from .layout import L_SIZE, O_REASON, O_SIZE, R_GPUS
+from .layout import L_SIZE, O_REASON, O_SIZE, R_GPUS, R_OK
 from .plan import layer_costs, plan_costs
 
-N_AXES = 12
-
-
 @njit(cache=True)
-def _unravel(index, sizes, idx):
-    for axis in range(sizes.shape[0] - 1, -1, -1):
-        idx[axis] = index % sizes[axis]
-        index //= sizes[axis]
+def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
+                    per_tensor, out):
+    """One grid entry: ``dp`` follows from the GPU count; returns it (0 when tp*pp*cp does not
+    divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``)."""
+    ways = tp * pp * cp
+    dp = gpus // ways if gpus % ways == 0 else 0
+    plan_costs(model, system, calib, lc, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, rc, zero,
+               shard, overlap, per_tensor, out)
+    if dp == 0:
+        reason = out[O_REASON]
+        out[:] = np.nan
+        out[O_REASON] = reason if reason != R_OK else R_GPUS
+    return dp
 
 
 @njit(parallel=True, cache=True)
@@ -47,28 +53,39 @@ def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_
         layer_costs(model, system, calib, tp, cp, mb_v[i_mb], rc_v[i_rc], sp_v[i_sp] != 0,
                     flash_v[i_fl] != 0, table[j])
 
-    sizes = np.array([tp_v.shape[0], pp_v.shape[0], cp_v.shape[0], v_v.shape[0], mb_v.shape[0],
-                      rc_v.shape[0], sp_v.shape[0], zero_v.shape[0], shard_v.shape[0], ovl_v.shape[0],
-                      flash_v.shape[0], tensor_v.shape[0]], dtype=np.int64)
-    n = 1
-    for k in range(N_AXES):
-        n *= sizes[k]
+    n_pp, n_v, n_zero = pp_v.shape[0], v_v.shape[0], zero_v.shape[0]
+    n_shard, n_ovl, n_ten = shard_v.shape[0], ovl_v.shape[0], tensor_v.shape[0]
+    n = n_tp * n_pp * n_cp * n_v * n_mb * n_rc * n_sp * n_zero * n_shard * n_ovl * n_fl * n_ten
     results = np.empty((n, O_SIZE))
     dps = np.zeros(n, dtype=np.int64)
+    # C-order strides of (tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, flash, per_tensor), last fastest
+    s_fl = n_ten
+    s_ovl = s_fl * n_fl
+    s_shard = s_ovl * n_ovl
+    s_zero = s_shard * n_shard
+    s_sp = s_zero * n_zero
+    s_rc = s_sp * n_sp
+    s_mb = s_rc * n_rc
+    s_v = s_mb * n_mb
+    s_cp = s_v * n_v
+    s_pp = s_cp * n_cp
+    s_tp = s_pp * n_pp
     for i in prange(n):
-        idx = np.empty(N_AXES, dtype=np.int64)
-        _unravel(i, sizes, idx)
-        tp = tp_v[idx[0]]
-        pp = pp_v[idx[1]]
-        cp = cp_v[idx[2]]
-        ways = tp * pp * cp
-        dp = gpus // ways if gpus % ways == 0 else 0
-        dps[i] = dp
-        j = ((((idx[0] * n_cp + idx[2]) * n_mb + idx[4]) * n_rc + idx[5]) * n_sp + idx[6]) * n_fl + idx[10]
-        plan_costs(model, system, calib, table[j], gpus, tp, pp, dp if dp > 0 else 1, cp, v_v[idx[3]],
-                   mb_v[idx[4]], global_batch, rc_v[idx[5]], zero_v[idx[7]], shard_v[idx[8]],
-                   ovl_v[idx[9]] != 0, tensor_v[idx[11]] != 0, results[i])
-        if dp == 0:
-            results[i, :] = np.nan
-            results[i, O_REASON] = R_GPUS
+        # decoded with scalars: no allocation inside the parallel loop
+        i_ten = i % n_ten
+        i_fl = (i // s_fl) % n_fl
+        i_ovl = (i // s_ovl) % n_ovl
+        i_shard = (i // s_shard) % n_shard
+        i_zero = (i // s_zero) % n_zero
+        i_sp = (i // s_sp) % n_sp
+        i_rc = (i // s_rc) % n_rc
+        i_mb = (i // s_mb) % n_mb
+        i_v = (i // s_v) % n_v
+        i_cp = (i // s_cp) % n_cp
+        i_pp = (i // s_pp) % n_pp
+        i_tp = i // s_tp
+        j = ((((i_tp * n_cp + i_cp) * n_mb + i_mb) * n_rc + i_rc) * n_sp + i_sp) * n_fl + i_fl
+        dps[i] = grid_plan_costs(model, system, calib, table[j], gpus, global_batch, tp_v[i_tp], pp_v[i_pp],
+                                 cp_v[i_cp], v_v[i_v], mb_v[i_mb], rc_v[i_rc], zero_v[i_zero], shard_v[i_shard],
+                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i])
     return results, dps

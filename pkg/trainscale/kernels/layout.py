@@ -37,8 +37,8 @@ S_SIZE = 12
 
 # calibration vector (per accelerator generation)
 C_GEMM_PEAK_EFF = 0  # fitted: best achievable fraction of peak for a large GEMM
-C_GEMM_K_HALF = 1  # fitted: reduction depth at which a GEMM reaches half its efficiency
-C_NET_EFF = 2  # fitted: achieved fraction of link bandwidth in collectives
+C_NET_EFF = 1  # fitted: achieved fraction of link bandwidth in collectives
+C_FETCH_S = 2  # fitted: host-side cost of one ZeRO-3 parameter fetch (issue, wait, re-partition)
 C_TILE_M = 3
 C_TILE_N = 4
 C_KERNEL_S = 5  # fixed cost per kernel (launch + tail)
@@ -46,8 +46,7 @@ C_HBM_EFF = 6  # achievable fraction of HBM bandwidth for streaming kernels
 C_RESERVED_BYTES = 7  # memory held by the framework, CUDA context, NCCL buffers
 C_POWER_COMPUTE = 8  # share of dynamic power drawn by the compute units at full use
 C_POWER_MEMORY = 9  # share drawn by HBM traffic at full bandwidth
-C_FETCH_S = 10  # fitted: host-side cost of one ZeRO-3 parameter fetch (issue, wait, re-partition)
-C_SIZE = 11
+C_SIZE = 10
 
 # recomputation modes
 RC_NONE = 0

@@ -271,8 +271,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
         gathers = 3.0 if rc == RC_FULL else 2.0
         z3_l = gathers * gather + scatter
-        if overlap:  # prefetching hides the collectives behind the layer's compute
-            z3_l = max(0.0, z3_l - (compute_l + recomp_l + tp_l))
+        if overlap:  # prefetching hides the collectives behind the layer's own work
+            z3_l = max(0.0, z3_l - (compute_l + recomp_l + tp_l + cp_l))
         embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
         z3_embed = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
     per_layer = compute_l + recomp_l + tp_l + cp_l + z3_l
@@ -336,8 +336,9 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
             dp_time += allreduce_time(grad_bytes / n_shard, replicas, tp * cp * n_shard, domain, bw_up,
                                       lat_up, bw_out, lat_out, eff)
     dp_exposed = dp_time
-    if overlap:  # hidden behind the last micro-batch's backward pass
-        backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP])
+    if overlap:  # hidden behind the last micro-batch's backward pass (including its waits)
+        backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
+                             + lc[L_RECOMP_TP] + z3_l)
         dp_exposed = max(0.0, dp_time - backward)
 
     # optimizer (memory-bound Adam over this GPU's shard)

@@ -1,0 +1,177 @@
+"""Benchmarks of the performance model; prints lines ``BENCH <name> <value> <unit>``.
+
+Run as ``.venv/bin/python benchmarks/run.py``. Exits non-zero if the jitted grid kernel and the
+plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
+
+* grid throughput: gpt3-175b on dgx-a100-80gb, 4096 GPUs, global batch 1536, over
+  ``perfmodel.default_space`` (>= 5 million plans); compiled once, then best of 3, for the Numba
+  kernel alone (``grid_plans_per_s``) and for ``perfmodel.evaluate_grid``, which also builds the
+  xarray Dataset (``grid_dataset_plans_per_s``).
+* plain-Python reference: ~2000 random plans of the same space, evaluated one at a time by the
+  same kernels with JIT disabled, in a subprocess.
+* search: ``perfmodel.search`` for the same case in a fresh process with an empty Numba cache, so
+  the time includes interpreter start, imports and JIT compilation.
+* validation: MAPE and worst error on the published runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from trainscale import perfmodel, validation
+from trainscale.kernels import layout as K
+from trainscale.kernels.grid import evaluate_grid as grid_kernel
+from trainscale.specs import resolve_model, resolve_system
+
+MODEL, SYSTEM, GPUS, GLOBAL_BATCH = "gpt3-175b", "dgx-a100-80gb", 4096, 1536
+SAMPLE = 2000
+MIN_PLANS = 5_000_000
+
+
+def bench(name: str, value: float, unit: str) -> None:
+    print(f"BENCH {name} {value:.6g} {unit}", flush=True)
+
+
+REFERENCE = r"""
+import json, sys, time
+import numpy as np
+from trainscale import perfmodel
+from trainscale.kernels import layout as K
+from trainscale.kernels.plan import layer_costs
+from trainscale.kernels.grid import grid_plan_costs
+from trainscale.specs import resolve_model, resolve_system
+
+job = json.load(open(sys.argv[1]))
+model, system = resolve_model(job["model"]), resolve_system(job["system"])
+mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
+calib = perfmodel.calibration_vector(system.generation)
+axes = [perfmodel._axis(job["space"][n], n) for n in perfmodel.GRID_AXES]
+gpus, gb = job["gpus"], job["global_batch"]
+idx = np.load(sys.argv[2])
+out = np.empty((idx.shape[0], K.O_SIZE))
+lc = np.empty(K.L_SIZE)
+start = time.perf_counter()
+for row, ix in enumerate(idx):
+    tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, fl, pt = (a[i] for a, i in zip(axes, ix))
+    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp != 0, fl != 0, lc)
+    grid_plan_costs(mvec, svec, calib, lc, gpus, gb, tp, pp, cp, v, mb, rc, zero, shard, ovl != 0, pt != 0,
+                    out[row])
+elapsed = time.perf_counter() - start
+np.save(sys.argv[3], out)
+print(json.dumps({"seconds": elapsed}))
+"""
+
+SEARCH = r"""
+import json, sys, time
+start = time.perf_counter()
+from trainscale import perfmodel
+grid, ranked = perfmodel.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), top=5)
+elapsed = time.perf_counter() - start
+print(json.dumps({"seconds": elapsed, "plans": int(grid["step_time_s"].size), "best": ranked[0] if ranked else None}))
+"""
+
+
+def main() -> int:
+    failures = []
+    model, system = resolve_model(MODEL), resolve_system(SYSTEM)
+    space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
+    full = {name: list(space.get(name, [0] if name in ("shard_group", "zero3_per_tensor") else [1]))
+            for name in perfmodel.GRID_AXES}
+    n_plans = perfmodel.grid_size(full)
+    if n_plans < MIN_PLANS:
+        print(f"default_space has only {n_plans} plans (< {MIN_PLANS})", file=sys.stderr)
+        failures.append("space too small")
+
+    # --- grid throughput: the kernel alone, then the Dataset-building wrapper users call
+    arrays = [perfmodel._axis(full[name], name) for name in perfmodel.GRID_AXES]
+    calib = perfmodel.calibration_vector(system.generation)
+    kernel_args = (perfmodel.model_vector(model), perfmodel.system_vector(system), calib, GPUS, GLOBAL_BATCH,
+                   *arrays)
+    results, _ = grid_kernel(*kernel_args)  # compile / load the cache
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        results, _ = grid_kernel(*kernel_args)
+        times.append(time.perf_counter() - t0)
+    wrapper_times = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        perfmodel.evaluate_grid(model, system, GPUS, GLOBAL_BATCH, **space)
+        wrapper_times.append(time.perf_counter() - t0)
+    bench("grid_plans", n_plans, "plans")
+    bench("grid_plans_per_s", n_plans / min(times), "plans/s")
+    bench("grid_valid_plans_per_s", np.isfinite(results[:, K.O_STEP]).sum() / min(times), "plans/s")
+    bench("grid_dataset_plans_per_s", n_plans / min(wrapper_times), "plans/s")
+
+    # --- plain-Python reference on a random sample, compared with the jitted kernel's rows
+    shape = tuple(len(a) for a in arrays)
+    rng = np.random.default_rng(20240601)
+    flat = rng.choice(n_plans, size=min(SAMPLE, n_plans), replace=False)
+    # a random sample of this space is mostly invalid plans: add valid ones so both kinds are compared
+    valid = np.flatnonzero(np.isfinite(results[:, K.O_STEP]))
+    flat = np.unique(np.concatenate([flat, rng.choice(valid, size=min(SAMPLE // 2, valid.size), replace=False)]))
+    idx = np.stack(np.unravel_index(flat, shape), axis=1).astype(np.int64)
+    with tempfile.TemporaryDirectory() as tmp:
+        job, plans, out = Path(tmp, "job.json"), Path(tmp, "plans.npy"), Path(tmp, "out.npy")
+        job.write_text(json.dumps({"model": MODEL, "system": SYSTEM, "gpus": GPUS, "global_batch": GLOBAL_BATCH,
+                                   "space": full}))
+        np.save(plans, idx)
+        env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+        proc = subprocess.run([sys.executable, "-c", REFERENCE, str(job), str(plans), str(out)], env=env,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 2
+        seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        ref = np.load(out)
+    jit = results[flat]
+    python_rate = len(flat) / seconds
+    bench("grid_python_plans_per_s", python_rate, "plans/s")
+    bench("grid_vs_python_ratio", (n_plans / min(times)) / python_rate, "x")
+    nan_ok = np.array_equal(np.isnan(ref), np.isnan(jit))
+    both = np.isfinite(ref) & np.isfinite(jit)
+    denom = np.where(np.abs(ref[both]) > 0, np.abs(ref[both]), 1.0)
+    worst = float(np.max(np.abs(jit[both] - ref[both]) / denom)) if both.any() else 0.0
+    bench("grid_reference_plans", len(flat), "plans")
+    bench("grid_reference_valid_plans", int(np.isfinite(jit[:, K.O_STEP]).sum()), "plans")
+    bench("grid_reference_max_rel_diff", worst, "1")
+    if not nan_ok or worst > 1e-9:
+        print(f"kernel and reference disagree: NaN pattern equal {nan_ok}, worst rel diff {worst:.3g}",
+              file=sys.stderr)
+        failures.append("reference mismatch")
+
+    # --- search from a fresh process with an empty Numba cache: JIT compilation included
+    with tempfile.TemporaryDirectory() as cache:
+        proc = subprocess.run([sys.executable, "-c", SEARCH, MODEL, SYSTEM, str(GPUS), str(GLOBAL_BATCH)],
+                              env=dict(os.environ, NUMBA_CACHE_DIR=cache), capture_output=True, text=True,
+                              check=False)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        return 2
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    bench("search_gpt3_4096_s", found["seconds"], "s")
+    bench("search_gpt3_4096_plans", found["plans"], "plans")
+    if found["best"] is None:
+        failures.append("search found no feasible plan")
+
+    # --- accuracy on the published runs
+    ds = validation.validation_dataset()
+    bench("validate_published_mape", 100 * ds.attrs["mape_published"], "%")
+    bench("validate_published_worst", 100 * ds.attrs["max_abs_error_published"], "%")
+
+    if failures:
+        print("FAILED: " + "; ".join(failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

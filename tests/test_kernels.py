@@ -51,27 +51,31 @@ def test_allreduce_inside_domain_is_textbook_ring(n, nbytes):
 
 @FAST
 @given(n=st.integers(2, 512), stride=st.integers(DOMAIN, 4096), nbytes=st.floats(1.0, 1e11))
-def test_allreduce_one_member_per_domain_is_flat_scale_out_ring(n, stride, nbytes):
-    expected = 2 * (n - 1) / n * nbytes / (ETA * BW_OUT) + 2 * (n - 1) * LAT_OUT
+def test_allreduce_one_member_per_domain_is_flat_scale_out_ring_or_tree(n, stride, nbytes):
+    ring = 2 * (n - 1) / n * nbytes / (ETA * BW_OUT) + 2 * (n - 1) * LAT_OUT
+    tree = 2 * math.ceil(math.log2(n)) * LAT_OUT + 2 * nbytes / (ETA * BW_OUT)
     got = C.allreduce_time(nbytes, n, stride, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
-    assert got == pytest.approx(expected, rel=1e-12)
+    assert got == pytest.approx(min(ring, tree), rel=1e-12)
+    phase = C.allgather_time(nbytes, n, stride, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
+    assert phase == pytest.approx(ring / 2, rel=1e-12)  # all-gather and reduce-scatter are ring-only
 
 
 @pytest.mark.parametrize("nbytes", [1e3, 1e5, 1e7, 1e9, 1e11])
-def test_allreduce_hierarchical_case_is_min_of_ring_and_2d(nbytes):
+def test_allreduce_two_tier_case_is_min_of_ring_tree_and_2d(nbytes):
     n, n_in, n_out = 64, 8, 8
     assert C.group_split(n, 1, DOMAIN) == (n_in, n_out)
     bus = min(BW_UP, n_in * BW_OUT)  # 200 GB/s: each of the 8 GPUs of a node drives its NIC
-    ring = 2 * ((n - 1) * LAT_OUT + (n - 1) / n * nbytes / (ETA * bus))
+    ring = 2 * ((n - n_out) * LAT_UP + (n_out - 1) * LAT_OUT + (n - 1) / n * nbytes / (ETA * bus))
+    tree = 2 * ((n_in - 1) * LAT_UP + 3 * LAT_OUT) + 2 * nbytes / (ETA * bus)  # log2(8) = 3
     hier = (2 * ((n_in - 1) * LAT_UP + (n_in - 1) / n_in * nbytes / (ETA * BW_UP))
             + 2 * ((n_out - 1) * LAT_OUT + (n_out - 1) / n_out * (nbytes / n_in) / (ETA * BW_OUT)))
     got = C.allreduce_time(nbytes, n, 1, DOMAIN, BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA)
-    assert got == pytest.approx(min(ring, hier), rel=1e-12)
-    # both branches are exercised: latency-bound messages go hierarchical, big ones ring
+    assert got == pytest.approx(min(ring, tree, hier), rel=1e-12)
+    # latency-bound messages take the tree, bandwidth-bound ones the ring
     if nbytes <= 1e5:
-        assert hier < ring
-    if nbytes >= 1e9:
-        assert ring < hier
+        assert tree < min(ring, hier)
+    if nbytes >= 1e11:
+        assert ring < min(tree, hier)
 
 
 @pytest.mark.parametrize("n, stride, bus", [(8, 1, BW_UP), (64, DOMAIN, BW_OUT), (4, 2, BW_UP)])

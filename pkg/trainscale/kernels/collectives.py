@@ -7,18 +7,27 @@ group spans ``n_out`` domains (:func:`group_split`).
 Ring (NCCL's ring with one channel per NIC): every byte crosses every GPU once, so for an
 all-gather or reduce-scatter of a buffer of ``S`` bytes
 
-.. math:: T_\mathrm{ring} = (n-1)\,\alpha + \frac{n-1}{n}\,\frac{S}{\eta\,B}
+.. math:: T_\mathrm{ring} = (n - n_\mathrm{out})\,\alpha_\mathrm{up} + (n_\mathrm{out} - 1)\,\alpha_\mathrm{out}
+          + \frac{n-1}{n}\,\frac{S}{\eta\,B}
 
 with ``B`` the bus bandwidth of the slowest tier, ``min(B_up, n_in B_out)`` once the ring leaves
-the domain (the ``n_in`` GPUs of a domain each drive their own NIC), and ``alpha`` the latency
-of one ring step on that tier. An all-reduce is a reduce-scatter then an all-gather.
+the domain (the ``n_in`` GPUs of a domain each drive their own NIC), and the latencies of the
+``n - 1`` hops a piece travels: ``n_out - 1`` of them cross the network, the others stay inside a
+domain (NCCL's tuning model counts ring steps the same way). An all-reduce
+is a reduce-scatter then an all-gather.
+
+Tree (NCCL's double binary tree across domains, a chain inside each): latency grows with the
+depth, not the size, of the group, and every byte is sent up and down once:
+
+.. math:: T_\mathrm{tree} = 2\left((n_\mathrm{in}-1)\,\alpha_\mathrm{up}
+          + \lceil\log_2 n_\mathrm{out}\rceil\,\alpha_\mathrm{out}\right) + \frac{2S}{\eta\,B}
 
 Hierarchical (2D) all-reduce: reduce-scatter inside the domain, all-reduce of ``S / n_in``
 across domains (one ring per local rank, each on its own NIC), all-gather inside:
 
 .. math:: T_\mathrm{hier} = 2 T_\mathrm{up}(n_\mathrm{in}, S) + 2 T_\mathrm{out}(n_\mathrm{out}, S/n_\mathrm{in})
 
-An all-reduce takes the faster of the two, as NCCL's tuner does; all-gather and reduce-scatter
+An all-reduce takes the fastest of the three, as NCCL's tuner does; all-gather and reduce-scatter
 are ring-only in NCCL. Because the latency term grows with the step count, the achieved bus
 bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus efficiency.
 """
@@ -61,21 +70,33 @@ def allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, ef
     bus = n_in * bw_out
     if bw_up < bus:
         bus = bw_up
-    return ring_phase_time(nbytes, n, bus, lat_out, efficiency)
+    latency = (n - n_out) * lat_up + (n_out - 1) * lat_out
+    return latency + (n - 1) / n * nbytes / (efficiency * bus)
 
 
 @njit(cache=True)
 def allreduce_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency):
-    """All-reduce of ``nbytes``: the faster of ring and hierarchical."""
+    """All-reduce of ``nbytes``: the fastest of ring, tree and hierarchical."""
     if n <= 1 or nbytes <= 0.0:
         return 0.0
-    ring = 2.0 * allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
+    best = 2.0 * allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
     n_in, n_out = group_split(n, stride, domain)
-    if n_in == 1 or n_out == 1:
-        return ring
-    hier = 2.0 * ring_phase_time(nbytes, n_in, bw_up, lat_up, efficiency) + 2.0 * ring_phase_time(
-        nbytes / n_in, n_out, bw_out, lat_out, efficiency)
-    return hier if hier < ring else ring
+    if n_out == 1:
+        tree = 2.0 * ((n - 1) * lat_up + nbytes / (efficiency * bw_up))
+        return tree if tree < best else best
+    bus = n_in * bw_out
+    if bw_up < bus:
+        bus = bw_up
+    depth = math.ceil(math.log2(n_out))
+    tree = 2.0 * ((n_in - 1) * lat_up + depth * lat_out) + 2.0 * nbytes / (efficiency * bus)
+    if tree < best:
+        best = tree
+    if n_in > 1:
+        hier = 2.0 * ring_phase_time(nbytes, n_in, bw_up, lat_up, efficiency) + 2.0 * ring_phase_time(
+            nbytes / n_in, n_out, bw_out, lat_out, efficiency)
+        if hier < best:
+            best = hier
+    return best
 
 
 @njit(cache=True)

@@ -21,6 +21,7 @@ EXPECTED_OUTPUTS = {
         "mfu.png",
         "total_throughput.png",
         "energy_per_token.png",
+        "power_per_gpu.png",
         "allreduce_busbw.nc",
         "allreduce_busbw.png",
     ],

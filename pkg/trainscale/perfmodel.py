@@ -8,7 +8,6 @@ feasible plans from such a grid. All of them call the same scalar kernels
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -37,13 +36,11 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_FFN_MATS] = model.ffn_matrices
     vec[K.M_VOCAB] = model.vocab
     vec[K.M_SEQ] = model.seq_len
-    vec[K.M_BIASES] = 1.0 if model.has_biases else 0.0
     vec[K.M_PARAMS_LAYER] = model.params_per_layer()
     positions = model.seq_len * h if model.has_biases else 0
     vec[K.M_PARAMS_EMBED] = model.vocab * h + positions
     vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
-    # weight tensors (+ bias tensors): Q,K,V (fused in GPT), O, FFN matrices, norms
-    vec[K.M_TENSORS_LAYER] = 12 if model.has_biases else 9
+    vec[K.M_TENSORS_LAYER] = model.tensors_per_layer()
     return vec
 
 
@@ -111,7 +108,8 @@ def plan_fields(plan: PlanSpec) -> tuple:
 # --------------------------------------------------------------------------- one run
 @dataclass
 class Prediction:
-    """Predicted step of one run. Rates are per GPU unless named otherwise."""
+    """Predicted step of one run. Rates are per GPU unless named otherwise; ``energy_J_per_token``
+    counts the accelerators, ``node_energy_J_per_token`` adds each node's overhead power."""
 
     id: str
     step_time_s: float
@@ -125,6 +123,7 @@ class Prediction:
     reason: str | None
     power_W_per_gpu: float
     energy_J_per_token: float
+    node_energy_J_per_token: float
     breakdown: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -143,6 +142,7 @@ class Prediction:
             out["reason"] = self.reason
         out["power_W_per_gpu"] = self.power_W_per_gpu
         out["energy_J_per_token"] = self.energy_J_per_token
+        out["node_energy_J_per_token"] = self.node_energy_J_per_token
         out["breakdown"] = dict(self.breakdown)
         return out
 
@@ -178,6 +178,9 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
         reason=None if reason_code == K.R_OK else K.REASONS[reason_code],
         power_W_per_gpu=float(out[K.O_POWER_W]),
         energy_J_per_token=float(out[K.O_ENERGY_J]) * gpus / tokens,
+        # the node's own draw (CPUs, NICs, switches, fans) shared by its GPUs, at the catalog's value
+        node_energy_J_per_token=(float(out[K.O_ENERGY_J]) + system.node_overhead_W / system.gpus_per_node * step)
+        * gpus / tokens,
         breakdown=breakdown,
     )
 
@@ -357,4 +360,5 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
 
 
 __all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
-           "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "itertools"]
+           "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size",
+           "plan_from_grid_entry"]

@@ -122,6 +122,12 @@ class ModelSpec:
         biases = (h + 2 * kv) + h + f + h if self.has_biases else 0
         return attention + mlp + norms + biases
 
+    def tensors_per_layer(self) -> int:
+        """Parameter tensors of one layer: GPT's fused QKV, projection, two FFN matrices, each with
+        a bias, and two LayerNorms with weight and bias (12); Llama's Q, K, V, O, gate, up, down and
+        two RMSNorm weights (9)."""
+        return 12 if self.has_biases else 9
+
     def params(self) -> int:
         """All parameters: layers, final norm, input embedding (plus learned positions for GPT)
         and the untied output projection."""

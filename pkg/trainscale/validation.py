@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -19,7 +19,7 @@ import xarray as xr
 
 from . import catalog, perfmodel
 from .io import provenance
-from .specs import ModelSpec, PlanSpec, RunSpec, SystemSpec, resolve_model
+from .specs import ModelSpec, PlanSpec, RunSpec, SystemSpec
 
 VTRAIN_SYSTEM = "dgx-a100-80gb"
 VTRAIN_SCALE_OUT_GBps = 12.5  # vTrain's README: 800 Gb/s per 8-GPU node between nodes
@@ -160,4 +160,4 @@ def table(ds: xr.Dataset, dataset: str | None = None) -> pd.DataFrame:
 
 
 __all__ = ["MeasuredRun", "published_runs", "vtrain_runs", "measured_runs", "validation_dataset", "summary",
-           "table", "resolve_model", "Sequence"]
+           "table"]

@@ -45,6 +45,7 @@ rule hardware_scaling:
                 "mfu.png",
                 "total_throughput.png",
                 "energy_per_token.png",
+                "power_per_gpu.png",
                 "allreduce_busbw.nc",
                 "allreduce_busbw.png",
             ],

@@ -13,12 +13,11 @@ M_FFN = 4
 M_FFN_MATS = 5  # 2 (gelu) or 3 (swiglu)
 M_VOCAB = 6
 M_SEQ = 7
-M_BIASES = 8  # 1.0 for GPT (LayerNorm + biases), 0.0 for Llama
-M_PARAMS_LAYER = 9
-M_PARAMS_EMBED = 10  # input embedding (+ learned positions)
-M_PARAMS_HEAD = 11  # output projection (+ final norm)
-M_TENSORS_LAYER = 12  # parameter tensors per layer (ZeRO-3 gathers each one)
-M_SIZE = 13
+M_PARAMS_LAYER = 8
+M_PARAMS_EMBED = 9  # input embedding (+ learned positions)
+M_PARAMS_HEAD = 10  # output projection (+ final norm)
+M_TENSORS_LAYER = 11  # parameter tensors per layer (DeepSpeed-style ZeRO-3 fetches each one)
+M_SIZE = 12
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0

@@ -75,17 +75,20 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 
 def git_commit(path: str | os.PathLike | None = None) -> str:
-    """Commit hash of the git repository holding ``path`` (default: this package).
+    """The last commit that changed what the outputs are computed from, in the git repository
+    holding ``path`` (default: this package).
 
-    Returns ``"unknown"`` when git is not installed, the package is not in a repository, or the
-    repository has no commit yet. Appends ``"-dirty"`` when the working tree has changes
-    (tracked or untracked, outside the ``figures/`` outputs that the workflow itself writes).
-    Never raises.
+    That is the newest commit touching anything outside the ``figures/`` outputs, not HEAD: a
+    commit that only adds regenerated figures does not change the provenance, so regenerating them
+    from a fresh checkout writes the same bytes. Returns ``"unknown"`` when git is not installed,
+    the package is not in a repository, or the repository has no commit yet. Appends ``"-dirty"``
+    when the working tree has changes outside ``figures/``. Never raises.
     """
     where = Path(path) if path is not None else Path(__file__).resolve().parent
     if where.is_file():
         where = where.parent
-    head = _git(["rev-parse", "--verify", "--quiet", "HEAD"], where)
+    top = _toplevel(where)
+    head = _git(["log", "-1", "--format=%H", "--", ".", *_OUTPUT_PATHSPECS], top)
     commit = head.strip() if head and head.strip() else "unknown"
     if _git(["rev-parse", "--is-inside-work-tree"], where) is None:
         return commit

@@ -207,6 +207,36 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from . import hetero
+
+    doc = _load_yaml(args.cluster)
+    cluster = hetero.Cluster.from_dict(doc, where=args.cluster)
+    problem = hetero.problem(args.model, cluster, args.global_batch, max_stages=args.max_stages)
+    best = hetero.plan(problem)
+    if best is None:
+        result = {"model": args.model, "global_batch": args.global_batch, "fits": False,
+                  "reason": "no plan fits in the cluster's memory"}
+    else:
+        result = {"model": args.model, "global_batch": args.global_batch, "fits": True,
+                  "dp": best.dp, "pp": len(best.groups), "micro_batches": best.micro_batches,
+                  "step_time_s": best.step_time_s,
+                  "tokens_per_s": hetero.throughput_tokens_per_s(problem, best),
+                  "gradient_sync_s": best.sync_s, "stages": best.describe(cluster)}
+    if args.json:
+        _dump_json(result)
+        return 0
+    print(f"{args.model} on {', '.join(f'{g.nodes} x {g.system.name} ({g.name})' for g in cluster.groups)}, "
+          f"global batch {args.global_batch}")
+    if not result["fits"]:
+        print(result["reason"])
+        return 0
+    print(f"dp {result['dp']} x pp {result['pp']}, {result['micro_batches']} micro-batches per replica: "
+          f"step {_fmt(result['step_time_s'])} s, {_fmt(result['tokens_per_s'])} tokens/s")
+    print(_table(result["stages"]))
+    return 0
+
+
 def _validation_summary(ds) -> dict:
     import numpy as np
 
@@ -337,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_positive_int, default=5, help="plans to show (default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("plan", help="plan a pipeline over a heterogeneous cluster (groups + links YAML)")
+    p.add_argument("cluster", metavar="CLUSTER.yaml", help="groups: [{name, system, nodes}], links: [...]")
+    p.add_argument("--model", required=True, help="catalog model name")
+    p.add_argument("--global-batch", required=True, type=_positive_int, help="sequences per step")
+    p.add_argument("--max-stages", type=_positive_int, default=8, help="most pipeline stages (default 8)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("validate", help="predicted vs measured on the published (and vTrain) runs")
     p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv")

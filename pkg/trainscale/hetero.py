@@ -1,0 +1,369 @@
+"""Heterogeneous clusters and the pipeline planner.
+
+A cluster is a set of device groups (each a catalog system, possibly overridden, and a node
+count) and the links between groups. The planner chooses how many data-parallel replicas of the
+pipeline to run, how many stages each replica has, which group runs each stage (one node per
+stage, tensor parallel inside it), and how many layers each stage gets, minimising the predicted
+step time under every stage's memory:
+
+.. math::
+    T = (m - 1) \\max_i t_i + \\sum_i t_i + \\max_i r_i
+
+with ``t_i`` the forward+backward time of one micro-batch on stage ``i`` (its layers, the output
+layer on the last stage, and receiving its activations and sending back their gradients over the
+link from the previous stage), ``m`` the micro-batches per replica, and ``r_i`` the stage's
+data-parallel gradient reduction across replicas (a sharded optimizer: reduce-scatter plus
+all-gather). The first two terms are the 1F1B pipeline's bottleneck form.
+
+The search is exact. For each replica count and stage count, a dynamic programme over the
+stages in order keeps, for every (layers assigned, group of the last stage, stages per group)
+state, the Pareto front of (max t, sum t, max r); ``T`` grows with each, so the optimum is on a
+front. ``plan_brute_force`` enumerates the same space plan by plan, for tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import yaml
+
+from . import perfmodel
+from .kernels import layout as K
+from .kernels.collectives import allgather_time
+from .kernels.plan import BYTES, OPTIMIZER_BYTES_PER_PARAM, layer_costs
+from .specs import RECOMPUTE_MODES, ModelSpec, SpecError, SystemSpec, resolve_model, resolve_system
+
+GiB = 2.0**30
+
+
+@dataclass(frozen=True)
+class DeviceGroup:
+    name: str
+    system: SystemSpec
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Link:
+    a: str
+    b: str
+    bandwidth_GBps: float  # node to node, one direction
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Cluster:
+    groups: tuple[DeviceGroup, ...]
+    links: tuple[Link, ...] = ()
+
+    def group(self, name: str) -> DeviceGroup:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise SpecError("group", name, f"expected one of {', '.join(g.name for g in self.groups)}")
+
+    def link(self, a: int, b: int) -> tuple[float, float]:
+        """(bandwidth bytes/s, latency s) between a node of group ``a`` and one of group ``b``."""
+        ga, gb = self.groups[a], self.groups[b]
+        if a == b:
+            s = ga.system
+            return s.scale_out_GBps_per_gpu * s.gpus_per_node * 1e9, s.scale_out_latency_s
+        for link in self.links:
+            if {link.a, link.b} == {ga.name, gb.name}:
+                return link.bandwidth_GBps * 1e9, link.latency_s
+        raise SpecError("links", f"{ga.name}-{gb.name}", "every pair of groups needs a link")
+
+    @classmethod
+    def from_dict(cls, d: Mapping, where: str = "cluster") -> "Cluster":
+        if not isinstance(d, Mapping) or "groups" not in d:
+            raise SpecError("groups", None, "a cluster needs `groups:` (name, system, nodes) and `links:`", where)
+        unknown = set(d) - {"groups", "links"}
+        if unknown:
+            key = sorted(unknown)[0]
+            raise SpecError(key, d[key], "unknown cluster field; valid fields: groups, links", where)
+        groups = []
+        for i, g in enumerate(d["groups"] or []):
+            w = f"{where} group {i}"
+            if not isinstance(g, Mapping):
+                raise SpecError("groups", g, "each group is a mapping with name, system and nodes", w)
+            bad = set(g) - {"name", "system", "nodes"}
+            if bad:
+                key = sorted(bad)[0]
+                raise SpecError(key, g[key], "unknown group field; valid fields: name, system, nodes", w)
+            name = g.get("name")
+            if not isinstance(name, str) or not name:
+                raise SpecError("name", name, "expected a non-empty string", w)
+            nodes = g.get("nodes")
+            if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+                raise SpecError("nodes", nodes, "expected an integer >= 1", w)
+            groups.append(DeviceGroup(name, resolve_system(g.get("system"), w), nodes))
+        if not groups:
+            raise SpecError("groups", d["groups"], "expected at least one group", where)
+        names = [g.name for g in groups]
+        if len(set(names)) != len(names):
+            raise SpecError("groups", names, "group names must be unique", where)
+        links = []
+        for i, link in enumerate(d.get("links") or []):
+            w = f"{where} link {i}"
+            if not isinstance(link, Mapping):
+                raise SpecError("links", link, "each link is {between: [a, b], bandwidth_GBps, latency_s}", w)
+            between = link.get("between")
+            if not isinstance(between, (list, tuple)) or len(between) != 2 or any(b not in names for b in between):
+                raise SpecError("between", between, f"expected two group names of {', '.join(names)}", w)
+            bw, lat = link.get("bandwidth_GBps"), link.get("latency_s", 0.0)
+            if isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0:
+                raise SpecError("bandwidth_GBps", bw, "expected a number > 0 (GB/s)", w)
+            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or lat < 0:
+                raise SpecError("latency_s", lat, "expected a number >= 0 (seconds)", w)
+            links.append(Link(between[0], between[1], float(bw), float(lat)))
+        cluster = cls(tuple(groups), tuple(links))
+        for a, b in itertools.combinations(range(len(groups)), 2):
+            cluster.link(a, b)  # every pair must be linked
+        return cluster
+
+    @classmethod
+    def from_yaml(cls, path) -> "Cluster":
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(yaml.safe_load(fh), where=str(path))
+
+
+# --------------------------------------------------------------------------- stage costs
+@dataclass(frozen=True)
+class GroupCosts:
+    """Per-micro-batch costs of one layer (and the output layer) on a node of a group."""
+
+    tp: int
+    layer_s: float
+    head_s: float
+    layer_param_bytes: float  # 16-bit weights of one layer on one GPU
+    embed_param_bytes: float
+    head_param_bytes: float
+    act_bytes: float  # activations one micro-batch keeps per layer
+    head_act_bytes: float
+    work_bytes: float
+    hbm_bytes: float
+    reserved_bytes: float
+    activation_msg_bytes: float  # one micro-batch's activations crossing a stage boundary
+    dp_bw: float
+    dp_lat: float
+    net_eff: float
+    domain: int
+
+
+def tensor_parallel_degree(model: ModelSpec, system: SystemSpec) -> int:
+    """Largest power of two up to the node size dividing both head counts."""
+    t = 1
+    while t * 2 <= system.gpus_per_node and model.heads % (t * 2) == 0 and model.kv_heads % (t * 2) == 0:
+        t *= 2
+    return t
+
+
+def group_costs(model: ModelSpec, system: SystemSpec, micro_batch: int = 1, recompute: str = "full",
+                flash_attention: bool = True) -> GroupCosts:
+    t = tensor_parallel_degree(model, system)
+    mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
+    calib = perfmodel.calibration_vector(system.generation)
+    lc = np.empty(K.L_SIZE)
+    layer_costs(mvec, svec, calib, t, 1, micro_batch, RECOMPUTE_MODES.index(recompute), True, flash_attention, lc)
+    layer_s = (lc[K.L_FWD_GEMM] + lc[K.L_FWD_ELEM] + lc[K.L_FWD_TP] + lc[K.L_BWD_GEMM] + lc[K.L_BWD_ELEM]
+               + lc[K.L_BWD_TP] + lc[K.L_RECOMP] + lc[K.L_RECOMP_TP])
+    return GroupCosts(
+        tp=t, layer_s=layer_s, head_s=lc[K.L_HEAD_FWD] + lc[K.L_HEAD_BWD],
+        layer_param_bytes=BYTES * mvec[K.M_PARAMS_LAYER] / t,
+        embed_param_bytes=BYTES * mvec[K.M_PARAMS_EMBED] / t,
+        head_param_bytes=BYTES * mvec[K.M_PARAMS_HEAD] / t,
+        act_bytes=lc[K.L_ACT_BYTES], head_act_bytes=lc[K.L_HEAD_BYTES], work_bytes=lc[K.L_WORK_BYTES],
+        hbm_bytes=svec[K.S_HBM_BYTES], reserved_bytes=calib[K.C_RESERVED_BYTES],
+        activation_msg_bytes=BYTES * micro_batch * model.seq_len * model.hidden,
+        dp_bw=svec[K.S_SCALE_OUT_BW], dp_lat=svec[K.S_SCALE_OUT_LAT], net_eff=calib[K.C_NET_EFF],
+        domain=system.scale_up_domain,
+    )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Everything the planner needs, precomputed per group."""
+
+    model: ModelSpec
+    cluster: Cluster
+    global_batch: int
+    costs: tuple[GroupCosts, ...]
+    link_bw: np.ndarray  # [G, G] bytes/s
+    link_lat: np.ndarray
+    max_stages: int
+
+    def transfer(self, a: int, b: int) -> float:
+        """Forward activations a -> b plus their gradients back, per micro-batch."""
+        msg = self.costs[b].activation_msg_bytes
+        return 2.0 * (self.link_lat[a, b] + msg / (self.costs[b].net_eff * self.link_bw[a, b]))
+
+    def stage(self, g: int, layers: int, first: bool, last: bool, prev: int, in_flight: int, dp: int):
+        """(time per micro-batch, gradient-sync time, fits) of a stage."""
+        c = self.costs[g]
+        t = layers * c.layer_s + (c.head_s if last else 0.0) + (0.0 if first else self.transfer(prev, g))
+        params = layers * c.layer_param_bytes + (c.embed_param_bytes if first else 0.0) \
+            + (c.head_param_bytes if last else 0.0)
+        # weights + gradients (16-bit) + optimizer state sharded over the replicas (ZeRO-1)
+        state = params * (2.0 + OPTIMIZER_BYTES_PER_PARAM / BYTES / dp)
+        act = c.act_bytes * layers * in_flight + (c.head_act_bytes if last else 0.0) + c.work_bytes
+        fits = state + act + c.reserved_bytes <= c.hbm_bytes
+        sync = 2.0 * allgather_time(params, dp, c.domain, c.domain, c.dp_bw, c.dp_lat, c.dp_bw, c.dp_lat,
+                                    c.net_eff) if dp > 1 else 0.0
+        return t, sync, fits
+
+
+def problem(model, cluster: Cluster, global_batch: int, max_stages: int = 8, micro_batch: int = 1,
+            recompute: str = "full") -> Problem:
+    model = resolve_model(model)
+    if global_batch < 1:
+        raise SpecError("global_batch", global_batch, "expected an integer >= 1")
+    costs = tuple(group_costs(model, g.system, micro_batch, recompute) for g in cluster.groups)
+    n = len(cluster.groups)
+    bw, lat = np.zeros((n, n)), np.zeros((n, n))
+    for a in range(n):
+        for b in range(n):
+            bw[a, b], lat[a, b] = cluster.link(a, b)
+    return Problem(model, cluster, int(global_batch), costs, bw, lat, int(max_stages))
+
+
+# --------------------------------------------------------------------------- plans
+@dataclass(frozen=True)
+class PipelinePlan:
+    dp: int
+    groups: tuple[int, ...]  # group index of each stage
+    layers: tuple[int, ...]
+    micro_batches: int
+    step_time_s: float
+    stage_times_s: tuple[float, ...]
+    sync_s: float
+
+    def describe(self, cluster: Cluster) -> list[dict]:
+        return [{"stage": i, "group": cluster.groups[g].name, "layers": l, "time_per_micro_batch_s": t}
+                for i, (g, l, t) in enumerate(zip(self.groups, self.layers, self.stage_times_s))]
+
+
+def step_time(max_t: float, sum_t: float, max_sync: float, micro_batches: int) -> float:
+    return (micro_batches - 1) * max_t + sum_t + max_sync
+
+
+def _replica_counts(p: Problem) -> list[int]:
+    return [d for d in range(1, p.global_batch + 1) if p.global_batch % d == 0]
+
+
+def evaluate(p: Problem, dp: int, groups: Sequence[int], layers: Sequence[int]) -> PipelinePlan | None:
+    """Price one plan; None if it breaks node counts, layer counts or memory."""
+    S = len(groups)
+    if S == 0 or sum(layers) != p.model.layers or min(layers) < 1:
+        return None
+    for g in set(groups):
+        if dp * groups.count(g) > p.cluster.groups[g].nodes:
+            return None
+    m = p.global_batch // dp
+    times, syncs = [], []
+    for i, (g, l) in enumerate(zip(groups, layers)):
+        t, sync, fits = p.stage(g, l, i == 0, i == S - 1, groups[i - 1] if i else g, min(S - i, m), dp)
+        if not fits:
+            return None
+        times.append(t)
+        syncs.append(sync)
+    return PipelinePlan(dp, tuple(groups), tuple(layers), m, step_time(max(times), sum(times), max(syncs), m),
+                        tuple(times), max(syncs))
+
+
+def _pareto_add(front: list, item) -> None:
+    """Insert (max_t, sum_t, max_sync, history) unless dominated; drop what it dominates."""
+    a = item[:3]
+    for other in front:
+        if other[0] <= a[0] and other[1] <= a[1] and other[2] <= a[2]:
+            return
+    front[:] = [o for o in front if not (a[0] <= o[0] and a[1] <= o[1] and a[2] <= o[2])]
+    front.append(item)
+
+
+def plan(p: Problem) -> PipelinePlan | None:
+    """The exact optimum over replica counts, stage counts, stage groups and layer splits."""
+    G = len(p.cluster.groups)
+    L = p.model.layers
+    best = None
+    for dp in _replica_counts(p):
+        caps = [g.nodes // dp for g in p.cluster.groups]
+        if sum(caps) == 0:
+            continue
+        m = p.global_batch // dp
+        for S in range(1, min(p.max_stages, L, sum(caps)) + 1):
+            # state: (layers used, last group, stages per group) -> Pareto front
+            fronts: dict = {(0, -1, (0,) * G): [(0.0, 0.0, 0.0, ())]}
+            for i in range(S):
+                nxt: dict = {}
+                first, last = i == 0, i == S - 1
+                in_flight = min(S - i, m)
+                for (used, prev, counts), front in fronts.items():
+                    remaining_stages = S - i - 1
+                    lo, hi = 1, L - used - remaining_stages
+                    if last:
+                        lo = hi = L - used
+                    for g in range(G):
+                        if counts[g] + 1 > caps[g]:
+                            continue
+                        new_counts = counts[:g] + (counts[g] + 1,) + counts[g + 1:]
+                        for layers in range(max(lo, 1), hi + 1):
+                            t, sync, fits = p.stage(g, layers, first, last, prev if prev >= 0 else g, in_flight, dp)
+                            if not fits:
+                                continue
+                            key = (used + layers, g, new_counts)
+                            bucket = nxt.setdefault(key, [])
+                            for (mt, st, ms, hist) in front:
+                                _pareto_add(bucket, (max(mt, t), st + t, max(ms, sync), hist + ((g, layers),)))
+                fronts = nxt
+            for (used, _, _), front in fronts.items():
+                if used != L:
+                    continue
+                for (mt, st, ms, hist) in front:
+                    T = step_time(mt, st, ms, m)
+                    if best is None or T < best[0] - 1e-15:
+                        best = (T, dp, hist)
+    if best is None:
+        return None
+    _, dp, hist = best
+    return evaluate(p, dp, [g for g, _ in hist], [l for _, l in hist])
+
+
+def plan_brute_force(p: Problem) -> PipelinePlan | None:
+    """Every plan of the same space, one by one (small instances only)."""
+    G, L = len(p.cluster.groups), p.model.layers
+    best = None
+    for dp in _replica_counts(p):
+        for S in range(1, min(p.max_stages, L) + 1):
+            for groups in itertools.product(range(G), repeat=S):
+                for cuts in itertools.combinations(range(1, L), S - 1):
+                    bounds = (0,) + cuts + (L,)
+                    layers = [bounds[i + 1] - bounds[i] for i in range(S)]
+                    pl = evaluate(p, dp, list(groups), layers)
+                    if pl is not None and (best is None or pl.step_time_s < best.step_time_s - 1e-15):
+                        best = pl
+    return best
+
+
+def even_split_plan(p: Problem, dp: int, groups: Sequence[int]) -> PipelinePlan | None:
+    """Layers split as evenly as possible over the given stages (the naive baseline)."""
+    S, L = len(groups), p.model.layers
+    layers = [L // S + (1 if i < L % S else 0) for i in range(S)]
+    return evaluate(p, dp, list(groups), layers)
+
+
+def throughput_tokens_per_s(p: Problem, pl: PipelinePlan | None) -> float:
+    if pl is None:
+        return float("nan")
+    return p.global_batch * p.model.seq_len / pl.step_time_s
+
+
+def homogeneous_part(cluster: Cluster, index: int) -> Cluster:
+    return Cluster((cluster.groups[index],), ())
+
+
+__all__ = ["Cluster", "DeviceGroup", "Link", "Problem", "PipelinePlan", "problem", "plan", "plan_brute_force",
+           "evaluate", "even_split_plan", "throughput_tokens_per_s", "homogeneous_part", "group_costs",
+           "tensor_parallel_degree", "GiB"]

@@ -1,0 +1,127 @@
+"""The heterogeneous-cluster planner: exact against brute force, better than an even split, and
+its YAML/CLI boundary."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainscale import hetero
+from trainscale.cli import main
+from trainscale.specs import ModelSpec, SpecError
+
+SYSTEMS = ["dgx-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100"]
+
+
+def tiny_model(layers, hidden=1024):
+    return ModelSpec(name=f"tiny-{layers}", layers=layers, hidden=hidden, heads=16, kv_heads=16,
+                     ffn_hidden=4 * hidden, ffn_type="gelu", vocab=32000, seq_len=2048)
+
+
+@st.composite
+def instances(draw):
+    n_groups = draw(st.integers(1, 3))
+    names = [f"g{i}" for i in range(n_groups)]
+    groups = []
+    for name in names:
+        system = draw(st.sampled_from(SYSTEMS))
+        # a small HBM now and then makes memory bind
+        if draw(st.booleans()):
+            system = {"name": system, "hbm_capacity_GiB": draw(st.sampled_from([3.0, 4.0, 6.0]))}
+        groups.append({"name": name, "system": system, "nodes": draw(st.integers(1, 3))})
+    links = [{"between": [a, b], "bandwidth_GBps": draw(st.sampled_from([0.5, 5.0, 50.0])), "latency_s": 1e-5}
+             for i, a in enumerate(names) for b in names[i + 1:]]
+    cluster = hetero.Cluster.from_dict({"groups": groups, "links": links})
+    layers = draw(st.integers(2, 12))
+    return hetero.problem(tiny_model(layers, draw(st.sampled_from([512, 1024, 2048]))), cluster,
+                          global_batch=draw(st.sampled_from([1, 2, 4, 8])), max_stages=draw(st.integers(1, 4)))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=instances())
+def test_planner_finds_the_brute_force_optimum(p):
+    fast, brute = hetero.plan(p), hetero.plan_brute_force(p)
+    if brute is None:
+        assert fast is None
+        return
+    assert fast is not None
+    assert fast.step_time_s == pytest.approx(brute.step_time_s, rel=1e-12)
+    # the plan it returns is priced the same way by the plain evaluator
+    again = hetero.evaluate(p, fast.dp, list(fast.groups), list(fast.layers))
+    assert again.step_time_s == pytest.approx(fast.step_time_s, rel=1e-12)
+
+
+def test_the_largest_small_instance_matches_brute_force():
+    cluster = hetero.Cluster.from_dict({
+        "groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 2},
+                   {"name": "v", "system": {"name": "dgx-v100", "hbm_capacity_GiB": 6.0}, "nodes": 2},
+                   {"name": "h", "system": "dgx-h100", "nodes": 1}],
+        "links": [{"between": ["a", "v"], "bandwidth_GBps": 5.0, "latency_s": 1e-5},
+                  {"between": ["a", "h"], "bandwidth_GBps": 10.0, "latency_s": 1e-5},
+                  {"between": ["v", "h"], "bandwidth_GBps": 2.0, "latency_s": 1e-5}]})
+    p = hetero.problem(tiny_model(16, 2048), cluster, global_batch=8, max_stages=4)
+    fast, brute = hetero.plan(p), hetero.plan_brute_force(p)
+    assert fast.step_time_s == pytest.approx(brute.step_time_s, rel=1e-12)
+    assert len(set(fast.groups)) > 1  # it mixes device types
+
+
+def test_planner_beats_an_even_split_on_a_mixed_cluster():
+    cluster = hetero.Cluster.from_dict({
+        "groups": [{"name": "a100", "system": "dgx-a100-80gb", "nodes": 2},
+                   {"name": "v100", "system": "dgx-v100", "nodes": 2}],
+        "links": [{"between": ["a100", "v100"], "bandwidth_GBps": 12.5, "latency_s": 1e-5}]})
+    p = hetero.problem("llama2-7b", cluster, global_batch=64, max_stages=4)
+    best = hetero.plan(p)
+    even = hetero.even_split_plan(p, best.dp, list(best.groups))
+    assert best.step_time_s < 0.9 * even.step_time_s  # the A100 stage takes more layers
+    a, v = (best.layers[best.groups.index(i)] for i in (0, 1))
+    assert a > v
+
+
+def test_mixed_cluster_is_below_the_sum_of_its_parts():
+    cluster = hetero.Cluster.from_dict({
+        "groups": [{"name": "a100", "system": "dgx-a100-80gb", "nodes": 2},
+                   {"name": "v100", "system": "dgx-v100", "nodes": 2}],
+        "links": [{"between": ["a100", "v100"], "bandwidth_GBps": 12.5, "latency_s": 1e-5}]})
+    mixed = hetero.problem("llama2-7b", cluster, global_batch=64, max_stages=4)
+    parts = [hetero.problem("llama2-7b", hetero.homogeneous_part(cluster, i), 64, 4) for i in range(2)]
+    total = sum(hetero.throughput_tokens_per_s(q, hetero.plan(q)) for q in parts)
+    fraction = hetero.throughput_tokens_per_s(mixed, hetero.plan(mixed)) / total
+    assert 0.5 < fraction <= 1.0
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 0}]}, "nodes"),
+    ({"groups": [{"name": "a", "system": "dgx-a100-8gb", "nodes": 1}]}, "system"),
+    ({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 1, "gpus": 8}]}, "gpus"),
+    ({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 1},
+                 {"name": "b", "system": "dgx-v100", "nodes": 1}]}, "links"),
+    ({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 1},
+                 {"name": "b", "system": "dgx-v100", "nodes": 1}],
+      "links": [{"between": ["a", "c"], "bandwidth_GBps": 1}]}, "between"),
+    ({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 1},
+                 {"name": "b", "system": "dgx-v100", "nodes": 1}],
+      "links": [{"between": ["a", "b"], "bandwidth_GBps": -1}]}, "bandwidth_GBps"),
+    ({"nodes": 3}, "groups"),
+])
+def test_bad_cluster_names_the_field(doc, field):
+    with pytest.raises(SpecError) as err:
+        hetero.Cluster.from_dict(doc)
+    assert err.value.field == field
+
+
+def test_cli_plan(tmp_path, capsys):
+    path = tmp_path / "cluster.yaml"
+    path.write_text("groups:\n  - {name: a100, system: dgx-a100-80gb, nodes: 2}\n"
+                    "  - {name: v100, system: dgx-v100, nodes: 2}\n"
+                    "links:\n  - {between: [a100, v100], bandwidth_GBps: 12.5, latency_s: 1.0e-5}\n")
+    assert main(["plan", str(path), "--model", "llama2-7b", "--global-batch", "64", "--max-stages", "4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"] and sum(s["layers"] for s in out["stages"]) == 32
+    assert out["dp"] * out["micro_batches"] == 64
+    path.write_text("groups:\n  - {name: a100, system: dgx-a100-80gb, nodes: -2}\n")
+    assert main(["plan", str(path), "--model", "llama2-7b", "--global-batch", "64"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "nodes" in captured.err and "-2" in captured.err

@@ -12,11 +12,15 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * search: ``perfmodel.search`` for the same case in a fresh process with an empty Numba cache, so
   the time includes interpreter start, imports and JIT compilation.
 * validation: MAPE and worst error on the published runs.
+* pipeline: 2,000 random non-uniform pipelines (p=8, m=64) each for 1F1B and interleaved (v=2)
+  through ``pipeline.simulate_many``, in simulated F/B/W operations per second; a sample of 20 of
+  them through the pure-Python ``pipeline.simulate_reference``, which must agree exactly.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainscale import perfmodel, validation
+from trainscale import perfmodel, pipeline, validation
 from trainscale.kernels import layout as K
 from trainscale.kernels.grid import evaluate_grid as grid_kernel
 from trainscale.specs import resolve_model, resolve_system
@@ -167,10 +171,73 @@ def main() -> int:
     bench("validate_published_mape", 100 * ds.attrs["mape_published"], "%")
     bench("validate_published_worst", 100 * ds.attrs["max_abs_error_published"], "%")
 
+    pipeline_section(failures)
+
     if failures:
         print("FAILED: " + "; ".join(failures), file=sys.stderr)
         return 1
     return 0
+
+
+PIPE_BATCH, PIPE_P, PIPE_M, PIPE_SAMPLE = 2000, 8, 64, 10  # PIPE_SAMPLE per schedule
+
+
+def pipeline_section(failures: list) -> None:
+    """Throughput of the pipeline-schedule simulator, and agreement with the Python reference."""
+    rng = np.random.default_rng(20240602)
+    cases = [("1f1b", 1), ("interleaved", 2)]
+    batches = []
+    for schedule, v in cases:
+        S = PIPE_P * v
+        args = {"fwd": rng.uniform(0.5, 1.5, (PIPE_BATCH, S)) / v, "bwd": rng.uniform(1.0, 3.0, (PIPE_BATCH, S)) / v,
+                    "wgrad": rng.uniform(0.0, 1.0, (PIPE_BATCH, S)) / v, "send": rng.uniform(0.0, 0.1, (PIPE_BATCH, S - 1)),
+                    "act_bytes": rng.uniform(1e8, 1e9, (PIPE_BATCH, S))}
+        pipeline.simulate_many(schedule, **{k: a[:2] for k, a in args.items()}, micro_batches=PIPE_M,
+                               interleave=v)  # compile / load the cache
+        batches.append((schedule, v, args))
+    best = {False: math.inf, True: math.inf}  # without / with the full timeline written out
+    runs = {}
+    for with_timeline in (False, True):
+        for _ in range(3):
+            t0 = time.perf_counter()
+            runs[with_timeline] = [pipeline.simulate_many(schedule, **args, micro_batches=PIPE_M, interleave=v,
+                                                          timeline=with_timeline) for schedule, v, args in batches]
+            best[with_timeline] = min(best[with_timeline], time.perf_counter() - t0)
+    results = runs[True]
+    ops = sum(r.ops * PIPE_BATCH for r in results)
+    rate = ops / best[False]
+    bench("pipeline_pipelines", len(batches) * PIPE_BATCH, "pipelines")
+    bench("pipeline_ops", ops, "ops")
+    bench("pipeline_ops_per_s", rate, "ops/s")
+    bench("pipeline_timeline_ops_per_s", ops / best[True], "ops/s")
+    if not all(np.array_equal(a.makespan_s, b.makespan_s) for a, b in zip(runs[False], runs[True])):
+        failures.append("pipeline makespans depend on timeline output")
+
+    ref_ops, ref_seconds, worst, mismatched = 0, 0.0, 0.0, 0
+    for (schedule, v, args), res in zip(batches, results):
+        for row in range(PIPE_SAMPLE):
+            one = {k: a[row].tolist() for k, a in args.items()}
+            t0 = time.perf_counter()
+            ref = pipeline.simulate_reference(schedule, **one, micro_batches=PIPE_M, interleave=v)
+            ref_seconds += time.perf_counter() - t0
+            ref_ops += res.ops
+            starts = np.array([x[4] for x in ref["timeline"]])
+            ends = np.array([x[5] for x in ref["timeline"]])
+            same = (ref["makespan_s"] == res.makespan_s[row] and np.array_equal(starts, res.start_s[row])
+                    and np.array_equal(ends, res.end_s[row])
+                    and np.array_equal([x[1] for x in ref["timeline"]], res.op_stage)
+                    and np.array_equal([x[2] for x in ref["timeline"]], res.op_micro_batch))
+            mismatched += not same
+            worst = max(worst, abs(ref["makespan_s"] - res.makespan_s[row]) / ref["makespan_s"])
+    python_rate = ref_ops / ref_seconds
+    bench("pipeline_python_ops_per_s", python_rate, "ops/s")
+    bench("pipeline_vs_python_ratio", rate / python_rate, "x")
+    bench("pipeline_reference_pipelines", len(batches) * PIPE_SAMPLE, "pipelines")
+    bench("pipeline_reference_max_rel_diff", worst, "1")
+    if mismatched:
+        print(f"pipeline kernel and reference disagree on {mismatched} pipelines (worst makespan rel diff "
+              f"{worst:.3g})", file=sys.stderr)
+        failures.append("pipeline reference mismatch")
 
 
 if __name__ == "__main__":

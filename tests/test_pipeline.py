@@ -340,3 +340,55 @@ def test_gantt_draws_every_op():
     assert bars == len(r.timeline)
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {"F", "B", "W"}
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------- the performance model uses it
+from trainscale import perfmodel  # noqa: E402
+from trainscale.kernels import layout as KL  # noqa: E402
+from trainscale.kernels.plan import chunk_layers, stage_layers  # noqa: E402
+from trainscale.specs import RunSpec, resolve_model, resolve_system  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(1, 64), pp=st.integers(1, 8), v=st.integers(1, 4))
+def test_chunk_layers_agree_with_stage_layers(layers, pp, v):
+    if pp * v > layers:
+        return
+    chunks = chunk_layers(layers, pp, v)
+    per_device = chunks.sum(axis=0)
+    first, middle, last = stage_layers(layers, pp, v)
+    assert chunks.sum() == layers and chunks.min() >= 1 and chunks.max() - chunks.min() <= 1
+    assert per_device[0] == first and per_device[-1] == last
+    if pp > 2:
+        assert per_device[1:-1].max() == middle
+
+
+@pytest.mark.parametrize("pp, v, micro", [(4, 1, 8), (4, 2, 8), (8, 3, 16), (2, 1, 1)])
+def test_simulated_step_equals_closed_form_where_it_is_exact(pp, v, micro):
+    """Equal chunks, free links, no output-layer or ZeRO-3 end costs: the simulated pipeline and the
+    closed form (m + (p-1)/v) * t agree exactly."""
+    model, system = resolve_model("gpt3-175b"), resolve_system("dgx-a100-80gb")
+    plan = perfmodel.PlanSpec(tp=8, pp=pp, dp=1, interleave=v, micro_batch=1, global_batch=micro)
+    calib = perfmodel.calibration_vector(system.generation)
+    out = perfmodel._costs(model, system, plan, calib)
+    for slot in (KL.O_HEAD_FWD, KL.O_HEAD_BWD, KL.O_ENDS, KL.O_P2P):
+        out[slot] = 0.0
+    per_device = model.layers // pp * (out[KL.O_LAYER_FWD] + out[KL.O_LAYER_BWD])
+    closed = (micro + (pp - 1) / v) * per_device
+    perfmodel.simulate_pipeline(out, model, plan, calib, system)
+    makespan = out[KL.O_STEP] - out[KL.O_DP_EXPOSED] - out[KL.O_OPTIMIZER]
+    assert makespan == pytest.approx(closed, rel=1e-12)
+    assert out[KL.O_PP_COMM] == 0.0
+    assert out[KL.O_BUBBLE] == pytest.approx((pp - 1) / v * per_device, rel=1e-9)
+
+
+def test_predict_simulates_pipelines_and_keeps_the_breakdown_whole():
+    run = RunSpec.from_dict({"model": "gpt3-175b", "system": "dgx-a100-80gb", "gpus": 64,
+                             "plan": {"tp": 8, "pp": 8, "interleave": 3, "global_batch": 64}})
+    sim, closed = perfmodel.predict(run), perfmodel.predict(run, pipeline_simulation=False)
+    assert sum(sim.breakdown.values()) == pytest.approx(sim.step_time_s, rel=1e-12)
+    assert sum(closed.breakdown.values()) == pytest.approx(closed.step_time_s, rel=1e-12)
+    # the closed form charges every transfer to every stage; the simulator lets them overlap
+    assert sim.breakdown["pp_comm"] < closed.breakdown["pp_comm"]
+    assert sim.step_time_s == pytest.approx(closed.step_time_s, rel=0.05)
+    assert sim.memory_gib_per_gpu == closed.memory_gib_per_gpu

@@ -17,7 +17,7 @@ import xarray as xr
 from . import catalog
 from .kernels import layout as K
 from .kernels.grid import evaluate_grid as _grid_kernel
-from .kernels.plan import layer_costs, plan_costs
+from .kernels.plan import chunk_layers, layer_costs, plan_costs, power_draw
 from .specs import RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -158,6 +158,52 @@ def _costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarr
     return out
 
 
+def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: np.ndarray,
+                      system: SystemSpec) -> None:
+    """Re-time the pipeline of a priced plan (``pp > 1``) with the discrete-event simulator, in place.
+
+    The closed form of :func:`~trainscale.kernels.plan.plan_costs` charges every stage its
+    transfers and uses the bottleneck form, exact only for equal stages and free links. Here each
+    chunk's forward and backward (its layers, the output layer on the last one, ZeRO-3 gathers of
+    the end layers) run in the schedule's own order (1F1B, or interleaved 1F1B), each activation
+    transfer delaying its consumer. In the breakdown, ``pp_comm`` becomes what the transfers add
+    to the makespan and ``pipeline_bubble`` the busiest device's idle time without them; the
+    busiest device's work is split into compute, recomputation and communication in the closed
+    form's proportions.
+    """
+    from . import pipeline
+
+    pp, v, micro = plan.pp, plan.interleave, plan.micro_batches
+    layers = chunk_layers(model.layers, pp, v).ravel().astype(float)  # virtual stage c*pp + d
+    fwd = layers * out[K.O_LAYER_FWD]
+    bwd = layers * out[K.O_LAYER_BWD]
+    fwd[0] += out[K.O_ENDS]
+    fwd[-1] += out[K.O_HEAD_FWD] + out[K.O_ENDS]
+    bwd[-1] += out[K.O_HEAD_BWD]
+    schedule = "1f1b" if v == 1 else "interleaved"
+    send = np.full(pp * v - 1, out[K.O_P2P])
+    linked = pipeline.simulate_many(schedule, fwd[None], bwd[None], send=send[None], micro_batches=micro,
+                                    interleave=v)
+    free = pipeline.simulate_many(schedule, fwd[None], bwd[None], micro_batches=micro, interleave=v)
+    makespan, makespan_free = float(linked.makespan_s[0]), float(free.makespan_s[0])
+    busiest = float(free.busy_s[0].max())
+
+    closed_busy = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + (
+        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED])
+    scale = busiest / closed_busy
+    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM):
+        out[slot] *= scale
+    out[K.O_DP_COMM] = (out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) * scale + out[K.O_DP_EXPOSED]
+    out[K.O_PP_COMM] = makespan - makespan_free
+    out[K.O_BUBBLE] = makespan_free - busiest
+    step = makespan + out[K.O_DP_EXPOSED] + out[K.O_OPTIMIZER]
+    out[K.O_GEMM_BUSY] *= scale
+    out[K.O_STEP] = step
+    out[K.O_POWER_W] = power_draw(system.idle_W, system.tdp_W, calib[K.C_POWER_COMPUTE], calib[K.C_POWER_MEMORY],
+                                  out[K.O_GEMM_BUSY], out[K.O_HBM_BUSY], step)
+    out[K.O_ENERGY_J] = out[K.O_POWER_W] * step
+
+
 def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSpec, gpus: int,
                 global_batch: int) -> Prediction:
     step = float(out[K.O_STEP])
@@ -185,12 +231,18 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
     )
 
 
-def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = None) -> Prediction:
-    """Predict one run (a :class:`RunSpec` or the mapping the CLI reads)."""
+def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = None,
+            pipeline_simulation: bool = True) -> Prediction:
+    """Predict one run (a :class:`RunSpec` or the mapping the CLI reads).
+
+    With pipeline parallelism the pipeline is simulated (:func:`simulate_pipeline`);
+    ``pipeline_simulation=False`` keeps the grid kernel's closed form."""
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
     calib = calibration_vector(run.system.generation, calibration)
     out = _costs(run.model, run.system, run.plan, calib)
+    if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
+        simulate_pipeline(out, run.model, run.plan, calib, run.system)
     return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch)
 
 
@@ -304,19 +356,32 @@ def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch:
     }
 
 
+RERANK_CANDIDATES = 32
+
+
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
-           calibration: Mapping | None = None) -> tuple[xr.Dataset, list[dict]]:
+           calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
-    Returns ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their
-    predicted step time, throughput, MFU and memory.
+    The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
+    are then re-priced by :func:`predict`, which simulates their pipelines, and re-ranked. Returns
+    ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their predicted
+    step time (simulated), the closed form's, throughput, MFU and memory.
     """
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
     grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, **space)
-    ranked = rank(grid, top)
-    return grid, ranked
+    candidates = rank(grid, max(top, rerank))
+    for entry in candidates:
+        run = RunSpec(id="search", model=model, system=system,
+                      plan=plan_from_grid_entry(entry["plan"], global_batch))
+        p = predict(run, calibration)
+        entry["closed_form_step_time_s"] = entry["step_time_s"]
+        entry.update(step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
+                     power_W_per_gpu=p.power_W_per_gpu, energy_J_per_token=p.energy_J_per_token)
+    candidates.sort(key=lambda e: e["step_time_s"])
+    return grid, candidates[:top]
 
 
 def rank(grid: xr.Dataset, top: int) -> list[dict]:

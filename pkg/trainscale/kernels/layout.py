@@ -89,7 +89,17 @@ O_MEM_BYTES = 11
 O_REASON = 12
 O_POWER_W = 13
 O_ENERGY_J = 14  # per GPU per step
-O_SIZE = 15
+# what a pipeline simulation needs to re-time the step (per micro-batch unless named otherwise)
+O_LAYER_FWD = 15  # one layer's forward, with its share of exposed CP / ZeRO-3 communication
+O_LAYER_BWD = 16  # one layer's backward, with recomputation
+O_HEAD_FWD = 17  # output layer + loss, forward
+O_HEAD_BWD = 18
+O_ENDS = 19  # ZeRO-3 gathers of the embedding / output layer, on each end stage
+O_P2P = 20  # one activation transfer between neighbouring stages
+O_DP_EXPOSED = 21  # per step: exposed data-parallel gradient synchronisation
+O_GEMM_BUSY = 22  # per step on the critical stage: time in GEMMs (for power)
+O_HBM_BUSY = 23  # per step on the critical stage: time in memory-bound kernels
+O_SIZE = 24
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
              "optimizer")

@@ -28,6 +28,7 @@ which is ``(m + (p-1)/v)\,t`` for equal stages (bubble fraction ``(p-1)/(v m + p
 
 import math
 
+import numpy as np
 from numba import njit
 
 from .collectives import allgather_time, allreduce_time, group_split, p2p_time
@@ -39,8 +40,9 @@ from .layout import (
     L_RECOMP_TP, L_WORK_BYTES,
     M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
     M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_VOCAB,
-    O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_ENERGY_J, O_HW_FLOPS, O_MEM_BYTES, O_MODEL_FLOPS,
-    O_OPTIMIZER, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
+    O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_GEMM_BUSY, O_HBM_BUSY,
+    O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
+    O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
     R_BATCH, R_CP_SEQ, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV,
     RC_FULL, RC_SELECTIVE,
     S_HBM_BW, S_HBM_BYTES, S_IDLE_W, S_PEAK_FLOPS, S_SCALE_OUT_BW, S_SCALE_OUT_LAT, S_SCALE_UP_BW,
@@ -189,6 +191,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
 
 
 @njit(cache=True)
+def power_draw(idle_w, tdp_w, compute_share, memory_share, gemm_busy_s, hbm_busy_s, step_s):
+    """Accelerator power: idle plus dynamic power in proportion to the time the tensor cores and
+    HBM are busy, ``P = P_idle + (P_TDP - P_idle) min(1, a_c t_GEMM / T + a_m t_HBM / T)``."""
+    use = (compute_share * gemm_busy_s + memory_share * hbm_busy_s) / step_s
+    if use > 1.0:
+        use = 1.0
+    return idle_w + (tdp_w - idle_w) * use
+
+
+@njit(cache=True)
 def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard):
     """Why a plan is structurally invalid (``R_*``), or ``R_OK``."""
     if int(model[M_HEADS]) % tp != 0:
@@ -228,6 +240,41 @@ def stage_layers(layers, pp, v):
         return even, middle, even
     left = rem - capacity
     return even + (left + 1) // 2, even + v, even + left // 2
+
+
+@njit(cache=True)
+def chunk_layers(layers, pp, v):
+    """Layers of every model chunk, ``[v, pp]`` (chunk c of device d is virtual stage c*pp + d).
+
+    The extra layers of an uneven split go one per chunk to the middle devices first, round
+    robin, then to the first and last devices: the per-device totals are :func:`stage_layers`'."""
+    out = np.full((v, pp), layers // (pp * v), dtype=np.int64)
+    rem = layers - (layers // (pp * v)) * pp * v
+    order = np.empty(pp, dtype=np.int64)  # devices in the order they take extra layers
+    k = 0
+    for d in range(1, pp - 1):
+        order[k] = d
+        k += 1
+    if pp == 1:
+        order[0] = 0
+    else:
+        order[k] = 0
+        order[k + 1] = pp - 1
+    # middle devices: round robin over devices, one extra per chunk
+    n_mid = pp - 2 if pp > 2 else 0
+    i = 0
+    while rem > 0 and i < n_mid * v:
+        out[i // n_mid, order[i % n_mid]] += 1
+        rem -= 1
+        i += 1
+    # then the ends (first gets the odd one), one extra per chunk
+    j = 0
+    n_end = pp - n_mid
+    while rem > 0:
+        out[j // n_end, order[n_mid + j % n_end]] += 1
+        rem -= 1
+        j += 1
+    return out
 
 
 @njit(cache=True)
@@ -390,14 +437,27 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY
 
-    # power: idle plus dynamic power in proportion to the time the tensor cores and HBM are busy
+    # power
     gemm_busy = micro * l_crit * (lc[L_FWD_GEMM] + lc[L_BWD_GEMM]) + micro * head_crit
     if rc == RC_FULL:
         gemm_busy += micro * l_crit * lc[L_FWD_GEMM]
     hbm_busy = micro * l_crit * lc[L_HBM_TIME] + optimizer
-    use = (calib[C_POWER_COMPUTE] * gemm_busy + calib[C_POWER_MEMORY] * hbm_busy) / step
-    if use > 1.0:
-        use = 1.0
-    power = system[S_IDLE_W] + (system[S_TDP_W] - system[S_IDLE_W]) * use
+    power = power_draw(system[S_IDLE_W], system[S_TDP_W], calib[C_POWER_COMPUTE], calib[C_POWER_MEMORY],
+                       gemm_busy, hbm_busy, step)
     out[O_POWER_W] = power
     out[O_ENERGY_J] = power * step
+    out[O_GEMM_BUSY] = gemm_busy
+    out[O_HBM_BUSY] = hbm_busy
+
+    # stage description for a pipeline simulation: forward and backward of one layer, with the
+    # exposed CP / ZeRO-3 communication split between them in proportion to their work
+    fwd_l = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP]
+    bwd_l = lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + recomp_l + lc[L_RECOMP_TP]
+    share = fwd_l / (fwd_l + bwd_l)
+    out[O_LAYER_FWD] = fwd_l + (cp_l + z3_l) * share
+    out[O_LAYER_BWD] = bwd_l + (cp_l + z3_l) * (1.0 - share)
+    out[O_HEAD_FWD] = lc[L_HEAD_FWD]
+    out[O_HEAD_BWD] = lc[L_HEAD_BWD]
+    out[O_ENDS] = z3_embed
+    out[O_P2P] = p2p / (2.0 * v) if pp > 1 else 0.0
+    out[O_DP_EXPOSED] = dp_exposed

@@ -141,3 +141,208 @@ def allreduce_busbw(systems: Sequence[str], nodes: Sequence[int], message_bytes:
     ds.attrs.update(provenance({"systems": list(systems), "nodes": [int(n) for n in nodes],
                                 "message_bytes": [int(m) for m in message_bytes]}))
     return ds
+
+
+# --------------------------------------------------------------------------- pipeline-planning
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+
+
+def pipeline_stage_times(model, system, pp: int, tp: int = 8, interleave: int = 1, micro_batch: int = 1,
+                         recompute: str = "full", flash_attention: bool = False) -> dict:
+    """Per-virtual-stage forward, backward (input gradient), weight-gradient times and activation
+    bytes of one micro-batch, from the performance model (dp = 1, the pipeline alone).
+
+    The weight-gradient share of a layer's backward is its weight GEMMs' half of the backward GEMM
+    time (the attention core has no weights), which is what ZB-H1 may defer; the other schedules
+    run backward as one pass (``bwd + wgrad``).
+    """
+    from .kernels import layout as K
+    from .kernels.plan import chunk_layers, layer_costs
+    from .specs import PlanSpec
+
+    model, system = resolve_model(model), resolve_system(system)
+    plan = PlanSpec(tp=tp, pp=pp, dp=1, interleave=interleave, micro_batch=micro_batch, global_batch=micro_batch * pp,
+                    recompute=recompute, sequence_parallel=tp > 1, flash_attention=flash_attention)
+    plan.check_against(model)
+    calib = perfmodel.calibration_vector(system.generation)
+    out = perfmodel._costs(model, system, plan, calib)
+    lc = np.empty(K.L_SIZE)
+    layer_costs(perfmodel.model_vector(model), perfmodel.system_vector(system), calib, tp, 1, micro_batch,
+                RECOMPUTE_MODES.index(recompute), tp > 1, flash_attention, lc)
+    tokens, h, s = micro_batch * model.seq_len, model.hidden, model.seq_len
+    kv = model.kv_heads * model.head_dim
+    weight_flops = 2 * tokens * h * (h + 2 * kv) + 2 * tokens * h * h + 2 * model.ffn_matrices * tokens * h * model.ffn_hidden
+    attention_flops = 4 * micro_batch * s * s * h
+    wgrad_layer = 0.5 * lc[K.L_BWD_GEMM] * weight_flops / (weight_flops + attention_flops)
+    layers = chunk_layers(model.layers, pp, interleave).ravel().astype(float)
+    fwd = layers * out[K.O_LAYER_FWD]
+    bwd = layers * (out[K.O_LAYER_BWD] - wgrad_layer)
+    wgrad = layers * wgrad_layer
+    fwd[-1] += out[K.O_HEAD_FWD]
+    bwd[-1] += out[K.O_HEAD_BWD]
+    act = layers * lc[K.L_ACT_BYTES]
+    act[-1] += lc[K.L_HEAD_BYTES]
+    return {"fwd": fwd, "bwd": bwd, "wgrad": wgrad, "send": np.full(pp * interleave - 1, out[K.O_P2P]),
+            "act_bytes": act}
+
+
+def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp: int = 8, interleave: int = 2,
+                       gantt_micro_batches: int = 8) -> tuple[xr.Dataset, xr.Dataset]:
+    """Throughput and peak activation memory of GPipe, 1F1B, interleaved 1F1B and ZB-H1 for one
+    model on a ``pp``-stage pipeline of ``tp``-way tensor-parallel nodes, by micro-batch count;
+    and the timeline of each schedule at ``gantt_micro_batches`` (for Gantt charts)."""
+    from . import pipeline
+
+    model, system = resolve_model(model), resolve_system(system)
+    for m in micro_batches:
+        if int(m) < 1 or int(m) % pp:
+            raise SpecError("micro_batches", m, f"expected positive multiples of pp = {pp} (interleaving needs them)")
+    shape = (len(SCHEDULE_NAMES), len(micro_batches))
+    makespan, bubble, peak = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+    timelines = {}
+    for i, name in enumerate(SCHEDULE_NAMES):
+        v = interleave if name == "interleaved" else 1
+        st = pipeline_stage_times(model, system, pp, tp=tp, interleave=v)
+        fused = name != "zb-h1"
+        bwd = st["bwd"] + st["wgrad"] if fused else st["bwd"]
+        wgrad = np.zeros_like(bwd) if fused else st["wgrad"]
+        for j, m in enumerate(micro_batches):
+            r = pipeline.simulate(name, st["fwd"], bwd, wgrad, st["send"], st["act_bytes"], micro_batches=int(m),
+                                  interleave=v)
+            makespan[i, j], bubble[i, j], peak[i, j] = r.makespan_s, r.bubble_fraction, r.peak_activation_bytes.max()
+        r = pipeline.simulate(name, st["fwd"], bwd, wgrad, st["send"], st["act_bytes"],
+                              micro_batches=int(gantt_micro_batches), interleave=v)
+        timelines[name] = r.timeline
+    tokens = np.asarray(micro_batches, dtype=float)[None, :] * model.seq_len
+    coords = {"schedule": list(SCHEDULE_NAMES), "micro_batches": np.asarray(micro_batches, dtype=np.int64)}
+    dims = ("schedule", "micro_batches")
+    ds = xr.Dataset({
+        "makespan_s": (dims, makespan, {"units": "s", "long_name": "pipeline makespan of one step"}),
+        "tokens_per_s": (dims, tokens / makespan, {"units": "tokens/s", "long_name": "pipeline throughput"}),
+        "bubble_fraction": (dims, bubble, {"units": "1", "long_name": "idle fraction of the devices"}),
+        "peak_activation_gib": (dims, peak / 2**30, {"units": "GiB",
+                                                     "long_name": "peak activation memory of the most loaded GPU"}),
+    }, coords=coords)
+    ds["micro_batches"].attrs.update({"units": "1", "long_name": "micro-batches per step"})
+    ds.attrs.update(provenance({"model": model.name, "system": system.name, "pp": pp, "tp": tp,
+                                "interleave": interleave, "micro_batches": [int(m) for m in micro_batches],
+                                "gantt_micro_batches": int(gantt_micro_batches)}))
+    n_ops = max(len(t) for t in timelines.values())
+    arrays = {k: np.full((len(SCHEDULE_NAMES), n_ops), np.nan) for k in ("device", "stage", "micro_batch", "op",
+                                                                          "start_s", "end_s")}
+    for i, name in enumerate(SCHEDULE_NAMES):
+        t = timelines[name].sort_values(["device", "start_s"], kind="stable")
+        n = len(t)
+        arrays["device"][i, :n] = t["device"].to_numpy()
+        arrays["stage"][i, :n] = t["stage"].to_numpy()
+        arrays["micro_batch"][i, :n] = t["micro_batch"].to_numpy()
+        arrays["op"][i, :n] = t["op"].cat.codes.to_numpy()
+        arrays["start_s"][i, :n] = t["start_s"].to_numpy()
+        arrays["end_s"][i, :n] = t["end_s"].to_numpy()
+    meta = {"device": ("1", "device (pipeline rank)"), "stage": ("1", "virtual stage"),
+            "micro_batch": ("1", "micro-batch"), "op": ("1", "operation: 0 forward, 1 backward, 2 weight gradient"),
+            "start_s": ("s", "start"), "end_s": ("s", "end")}
+    tl = xr.Dataset({k: (("schedule", "op_index"), v, {"units": meta[k][0], "long_name": meta[k][1]})
+                     for k, v in arrays.items()},
+                    coords={"schedule": list(SCHEDULE_NAMES), "op_index": np.arange(n_ops)})
+    tl.attrs.update(ds.attrs)
+    return ds, tl
+
+
+def _single_group(system, nodes: int, scale_out_GBps_per_node: float):
+    from . import hetero
+
+    base = resolve_system(system)
+    sys_over = {"name": base.name, "scale_out_GBps_per_gpu": scale_out_GBps_per_node / base.gpus_per_node}
+    return hetero.Cluster.from_dict({"groups": [{"name": base.name, "system": sys_over, "nodes": int(nodes)}]})
+
+
+def pipeline_planner(model, system, nodes: int, global_batch: int, network_GBps_per_node: Sequence[float],
+                     max_stages: int = 8) -> xr.Dataset:
+    """DAPPLE's question on servers with fast links inside and a slow network between: the
+    planner's best replicas x stages x layer split vs data parallelism alone (one node per replica,
+    if the model fits) and vs one pipeline over all nodes with layers split evenly."""
+    from . import hetero
+
+    model = resolve_model(model)
+    names = ("planner", "data-parallel", "even-pipeline")
+    tput = np.full((len(network_GBps_per_node), len(names)), np.nan)
+    dp_best, pp_best = np.full(len(network_GBps_per_node), -1), np.full(len(network_GBps_per_node), -1)
+    for i, bw in enumerate(network_GBps_per_node):
+        p = hetero.problem(model, _single_group(system, nodes, float(bw)), global_batch, max_stages=max_stages)
+        best = hetero.plan(p)
+        if best is not None:
+            tput[i, 0] = hetero.throughput_tokens_per_s(p, best)
+            dp_best[i], pp_best[i] = best.dp, len(best.groups)
+        if global_batch % nodes == 0:
+            tput[i, 1] = hetero.throughput_tokens_per_s(p, hetero.evaluate(p, nodes, [0], [model.layers]))
+        stages = min(nodes, max_stages, model.layers)
+        tput[i, 2] = hetero.throughput_tokens_per_s(p, hetero.even_split_plan(p, 1, [0] * stages))
+    ds = xr.Dataset({
+        "tokens_per_s": (("network_GBps", "approach"), tput, {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "dp": ("network_GBps", dp_best, {"units": "1", "long_name": "planner: pipeline replicas (-1: none fits)"}),
+        "pp": ("network_GBps", pp_best, {"units": "1", "long_name": "planner: pipeline stages"}),
+    }, coords={"network_GBps": np.asarray(network_GBps_per_node, dtype=float), "approach": list(names)})
+    ds["network_GBps"].attrs.update({"units": "GB/s", "long_name": "network bandwidth per node"})
+    ds.attrs.update(provenance({"model": model.name, "system": str(system), "nodes": int(nodes),
+                                "global_batch": int(global_batch), "max_stages": int(max_stages),
+                                "network_GBps_per_node": [float(b) for b in network_GBps_per_node]}))
+    return ds
+
+
+# --------------------------------------------------------------------------- heterogeneous-cluster
+def heterogeneous_mix(model, systems: Sequence[str], total_nodes: int, fractions: Sequence[float],
+                      link_GBps: float, global_batch: int, max_stages: int = 8,
+                      link_latency_s: float = 1e-5) -> xr.Dataset:
+    """HETHUB's question: a cluster of two accelerator types in a ratio; the planner's mixed-cluster
+    throughput as a fraction of the sum of what each part achieves alone, by the share of nodes
+    of the first type; with an even layer split over the same stages as the naive baseline."""
+    from . import hetero
+
+    if len(systems) != 2:
+        raise SpecError("systems", list(systems), "expected exactly two systems")
+    model = resolve_model(model)
+    names = ("mixed", "even-split", "first-alone", "second-alone")
+    tput = np.full((len(fractions), len(names)), np.nan)
+    layers_first = np.full(len(fractions), np.nan)
+    for i, f in enumerate(fractions):
+        if not 0.0 <= float(f) <= 1.0:
+            raise SpecError("fractions", f, "expected shares between 0 and 1")
+        n0 = int(round(float(f) * total_nodes))
+        counts = (n0, total_nodes - n0)
+        groups = [{"name": f"g{k}", "system": s, "nodes": n} for k, (s, n) in enumerate(zip(systems, counts)) if n > 0]
+        links = [{"between": ["g0", "g1"], "bandwidth_GBps": float(link_GBps), "latency_s": float(link_latency_s)}] \
+            if len(groups) == 2 else []
+        cluster = hetero.Cluster.from_dict({"groups": groups, "links": links})
+        p = hetero.problem(model, cluster, global_batch, max_stages=max_stages)
+        best = hetero.plan(p)
+        if best is not None:
+            tput[i, 0] = hetero.throughput_tokens_per_s(p, best)
+            tput[i, 1] = hetero.throughput_tokens_per_s(p, hetero.even_split_plan(p, best.dp, list(best.groups)))
+            first = [g for g in cluster.groups if g.name == "g0"]
+            if first:
+                layers_first[i] = sum(l for g, l in zip(best.groups, best.layers) if g == 0) / model.layers
+            else:
+                layers_first[i] = 0.0
+        for k in range(2):
+            if counts[k] == 0:
+                tput[i, 2 + k] = 0.0
+                continue
+            part = hetero.Cluster.from_dict({"groups": [{"name": "g", "system": systems[k], "nodes": counts[k]}]})
+            q = hetero.problem(model, part, global_batch, max_stages=max_stages)
+            tput[i, 2 + k] = hetero.throughput_tokens_per_s(q, hetero.plan(q))
+    upper = tput[:, 2] + tput[:, 3]
+    ds = xr.Dataset({
+        "tokens_per_s": (("fraction", "approach"), tput, {"units": "tokens/s", "long_name": "throughput"}),
+        "fraction_of_sum": ("fraction", tput[:, 0] / upper,
+                            {"units": "1", "long_name": "mixed throughput / sum of the parts alone"}),
+        "even_fraction_of_sum": ("fraction", tput[:, 1] / upper,
+                                 {"units": "1", "long_name": "even split / sum of the parts alone"}),
+        "layers_on_first": ("fraction", layers_first,
+                            {"units": "1", "long_name": "share of layers on the first accelerator type"}),
+    }, coords={"fraction": np.asarray(fractions, dtype=float), "approach": list(names)})
+    ds["fraction"].attrs.update({"units": "1", "long_name": f"share of nodes that are {systems[0]}"})
+    ds.attrs.update(provenance({"model": model.name, "systems": list(systems), "total_nodes": int(total_nodes),
+                                "fractions": [float(f) for f in fractions], "link_GBps": float(link_GBps),
+                                "global_batch": int(global_batch), "max_stages": int(max_stages)}))
+    return ds

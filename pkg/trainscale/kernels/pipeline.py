@@ -58,6 +58,15 @@ def ops_per_device(schedule, v, m):
 
 
 @njit(cache=True)
+def _put(kind, stage, mb, d, pos, op, virtual_stage, micro_batch):
+    """Append one op to device ``d``'s order; returns the next position."""
+    kind[d, pos] = op
+    stage[d, pos] = virtual_stage
+    mb[d, pos] = micro_batch
+    return pos + 1
+
+
+@njit(cache=True)
 def build_orders(schedule, p, v, m):
     """Per-device op orders: ``(kind, stage, micro_batch)``, each an ``int64[p, n]`` array."""
     n = ops_per_device(schedule, v, m)
@@ -68,36 +77,18 @@ def build_orders(schedule, p, v, m):
         pos = 0
         if schedule == GPIPE:
             for i in range(m):
-                kind[d, pos] = OP_F
-                stage[d, pos] = d
-                mb[d, pos] = i
-                pos += 1
+                pos = _put(kind, stage, mb, d, pos, OP_F, d, i)
             for i in range(m - 1, -1, -1):
-                kind[d, pos] = OP_B
-                stage[d, pos] = d
-                mb[d, pos] = i
-                pos += 1
+                pos = _put(kind, stage, mb, d, pos, OP_B, d, i)
         elif schedule == ONE_F_ONE_B:
             warm = min(p - d - 1, m)
             for i in range(warm):
-                kind[d, pos] = OP_F
-                stage[d, pos] = d
-                mb[d, pos] = i
-                pos += 1
+                pos = _put(kind, stage, mb, d, pos, OP_F, d, i)
             for j in range(m - warm):
-                kind[d, pos] = OP_F
-                stage[d, pos] = d
-                mb[d, pos] = warm + j
-                pos += 1
-                kind[d, pos] = OP_B
-                stage[d, pos] = d
-                mb[d, pos] = j
-                pos += 1
+                pos = _put(kind, stage, mb, d, pos, OP_F, d, warm + j)
+                pos = _put(kind, stage, mb, d, pos, OP_B, d, j)
             for i in range(m - warm, m):
-                kind[d, pos] = OP_B
-                stage[d, pos] = d
-                mb[d, pos] = i
-                pos += 1
+                pos = _put(kind, stage, mb, d, pos, OP_B, d, i)
         elif schedule == INTERLEAVED:
             total = m * v
             warm = min(2 * (p - d - 1) + (v - 1) * p, total)
@@ -117,67 +108,38 @@ def build_orders(schedule, p, v, m):
                 chunk = (step // p) % v
                 if not is_f:
                     chunk = v - 1 - chunk
-                kind[d, pos] = OP_F if is_f else OP_B
-                stage[d, pos] = chunk * p + d
-                mb[d, pos] = (step // (p * v)) * p + step % p
-                pos += 1
+                pos = _put(kind, stage, mb, d, pos, OP_F if is_f else OP_B, chunk * p + d,
+                           (step // (p * v)) * p + step % p)
         else:  # ZB_H1
             nf = 0
             nb = 0
             nw = 0
             warm = min(p - d - 1, m)
             for _ in range(warm):
-                kind[d, pos] = OP_F
-                stage[d, pos] = d
-                mb[d, pos] = nf
+                pos = _put(kind, stage, mb, d, pos, OP_F, d, nf)
                 nf += 1
-                pos += 1
             for _ in range(d):  # F, B with W deferred
                 if nf == m:
                     break
-                kind[d, pos] = OP_F
-                stage[d, pos] = d
-                mb[d, pos] = nf
+                pos = _put(kind, stage, mb, d, pos, OP_F, d, nf)
+                pos = _put(kind, stage, mb, d, pos, OP_B, d, nb)
                 nf += 1
-                pos += 1
-                kind[d, pos] = OP_B
-                stage[d, pos] = d
-                mb[d, pos] = nb
                 nb += 1
-                pos += 1
             while nf < m:  # F, B, W
-                kind[d, pos] = OP_F
-                stage[d, pos] = d
-                mb[d, pos] = nf
+                pos = _put(kind, stage, mb, d, pos, OP_F, d, nf)
+                pos = _put(kind, stage, mb, d, pos, OP_B, d, nb)
+                pos = _put(kind, stage, mb, d, pos, OP_W, d, nw)
                 nf += 1
-                pos += 1
-                kind[d, pos] = OP_B
-                stage[d, pos] = d
-                mb[d, pos] = nb
                 nb += 1
-                pos += 1
-                kind[d, pos] = OP_W
-                stage[d, pos] = d
-                mb[d, pos] = nw
                 nw += 1
-                pos += 1
             while nb < m:  # B, W
-                kind[d, pos] = OP_B
-                stage[d, pos] = d
-                mb[d, pos] = nb
+                pos = _put(kind, stage, mb, d, pos, OP_B, d, nb)
+                pos = _put(kind, stage, mb, d, pos, OP_W, d, nw)
                 nb += 1
-                pos += 1
-                kind[d, pos] = OP_W
-                stage[d, pos] = d
-                mb[d, pos] = nw
                 nw += 1
-                pos += 1
             while nw < m:  # the deferred W passes fill the cool-down
-                kind[d, pos] = OP_W
-                stage[d, pos] = d
-                mb[d, pos] = nw
+                pos = _put(kind, stage, mb, d, pos, OP_W, d, nw)
                 nw += 1
-                pos += 1
     return kind, stage, mb
 
 

@@ -2,6 +2,7 @@
 its YAML/CLI boundary."""
 
 import json
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -125,3 +126,37 @@ def test_cli_plan(tmp_path, capsys):
     assert main(["plan", str(path), "--model", "llama2-7b", "--global-batch", "64"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "nodes" in captured.err and "-2" in captured.err
+
+
+def _random_instance(rng):
+    n_groups = rng.randint(1, 3)
+    names = [f"g{i}" for i in range(n_groups)]
+    groups = []
+    for name in names:
+        system = rng.choice(SYSTEMS)
+        if rng.random() < 0.4:  # memory binds now and then
+            system = {"name": system, "hbm_capacity_GiB": rng.choice([2.2, 2.5, 3.0, 4.0])}
+        groups.append({"name": name, "system": system, "nodes": rng.randint(1, 4)})
+    links = [{"between": [a, b], "bandwidth_GBps": rng.choice([0.5, 5.0, 50.0]), "latency_s": 1e-5}
+             for i, a in enumerate(names) for b in names[i + 1:]]
+    cluster = hetero.Cluster.from_dict({"groups": groups, "links": links})
+    model = tiny_model(rng.randint(2, 8), rng.choice([512, 1024, 2048]))
+    return hetero.problem(model, cluster, global_batch=rng.choice([1, 2, 3, 4, 6, 12]),
+                          max_stages=rng.randint(1, 4))
+
+
+def test_planner_matches_brute_force_on_random_instances():
+    rng = random.Random(20240611)
+    solved = 0
+    for _ in range(40):
+        p = _random_instance(rng)
+        fast, brute = hetero.plan(p), hetero.plan_brute_force(p)
+        if brute is None:
+            assert fast is None
+            continue
+        solved += 1
+        assert fast.step_time_s == pytest.approx(brute.step_time_s, rel=1e-12)
+        assert sum(fast.layers) == p.model.layers
+        for g in set(fast.groups):  # node caps hold
+            assert fast.dp * fast.groups.count(g) <= p.cluster.groups[g].nodes
+    assert solved >= 20

@@ -15,10 +15,15 @@ link from the previous stage), ``m`` the micro-batches per replica, and ``r_i`` 
 data-parallel gradient reduction across replicas (a sharded optimizer: reduce-scatter plus
 all-gather). The first two terms are the 1F1B pipeline's bottleneck form.
 
-The search is exact. For each replica count and stage count, a dynamic programme over the
-stages in order keeps, for every (layers assigned, group of the last stage, stages per group)
-state, the Pareto front of (max t, sum t, max r); ``T`` grows with each, so the optimum is on a
-front. ``plan_brute_force`` enumerates the same space plan by plan, for tests.
+The search is exact. For each replica count, the stage costs are tabulated from
+``Problem.stage`` and a dynamic programme (the Numba kernel ``kernels.planner``) places the stages
+from the last one backwards, so a stage's micro-batches in flight depend only on its position from
+the end and one pass serves every stage count. For every (layers placed, group of the stage before
+them, stages per group) state it keeps the Pareto front of (max t, sum t, max r); ``T`` grows
+with each, so the optimum is on a front. A partial plan whose lower bound on ``T`` is already above
+the best plan found so far is dropped, which cannot lose the optimum; replica counts are tried
+from the largest down, whose short pipelines are cheap to plan and give that bound early.
+``plan_brute_force`` enumerates the same space plan by plan, for tests.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import yaml
 
 from . import perfmodel
 from .kernels import layout as K
+from .kernels import planner
 from .kernels.collectives import allgather_time
 from .kernels.plan import BYTES, OPTIMIZER_BYTES_PER_PARAM, layer_costs
 from .specs import RECOMPUTE_MODES, ModelSpec, SpecError, SystemSpec, resolve_model, resolve_system
@@ -273,62 +279,76 @@ def evaluate(p: Problem, dp: int, groups: Sequence[int], layers: Sequence[int]) 
                         tuple(times), max(syncs))
 
 
-def _pareto_add(front: list, item) -> None:
-    """Insert (max_t, sum_t, max_sync, history) unless dominated; drop what it dominates."""
-    a = item[:3]
-    for other in front:
-        if other[0] <= a[0] and other[1] <= a[1] and other[2] <= a[2]:
+def _stage_tables(p: Problem, dp: int, smax: int):
+    """``Problem.stage`` for every stage the planner can place with ``dp`` replicas, as arrays
+    ``[j, group, layers, k]``: ``j`` the stage's position from the end (1 = last), ``k < G`` the
+    previous stage's group, ``k = G`` for the first stage (which has none)."""
+    G, L = len(p.cluster.groups), p.model.layers
+    m = p.global_batch // dp
+    shape = (smax + 1, G, L + 1, G + 1)
+    t, sync, fits = np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=np.bool_)
+    for j in range(1, smax + 1):
+        for g in range(G):
+            for layers in range(1, L - j + 2):  # the j - 1 stages after it need a layer each
+                for k in range(G + 1):
+                    first = k == G
+                    t[j, g, layers, k], sync[j, g, layers, k], fits[j, g, layers, k] = p.stage(
+                        g, layers, first, j == 1, g if first else k, min(j, m), dp)
+    return t, sync, fits
+
+
+def _count_vectors(caps: Sequence[int], smax: int):
+    """Stages-per-group vectors within the node caps and ``smax`` stages in all, in order of their
+    stage count: ``(cnext[c, g], cprev[c, g], cstart[j])``, -1 where adding/removing a stage of
+    ``g`` leaves the set, ``cstart[j]`` the first vector with ``j`` stages."""
+    vectors: list[tuple[int, ...]] = []
+
+    def walk(prefix: tuple[int, ...], left: int) -> None:
+        if len(prefix) == len(caps):
+            vectors.append(prefix)
             return
-    front[:] = [o for o in front if not (a[0] <= o[0] and a[1] <= o[1] and a[2] <= o[2])]
-    front.append(item)
+        for c in range(min(caps[len(prefix)], left) + 1):
+            walk(prefix + (c,), left - c)
+
+    walk((), smax)
+    vectors.sort(key=sum)
+    index = {v: i for i, v in enumerate(vectors)}
+    G = len(caps)
+    cnext = np.full((len(vectors), G), -1, dtype=np.int64)
+    cprev = np.full((len(vectors), G), -1, dtype=np.int64)
+    for i, v in enumerate(vectors):
+        for g in range(G):
+            cnext[i, g] = index.get(v[:g] + (v[g] + 1,) + v[g + 1:], -1)
+            if v[g] > 0:
+                cprev[i, g] = index[v[:g] + (v[g] - 1,) + v[g + 1:]]
+    cstart = np.searchsorted([sum(v) for v in vectors], np.arange(smax + 2)).astype(np.int64)
+    return cnext, cprev, cstart
 
 
 def plan(p: Problem) -> PipelinePlan | None:
     """The exact optimum over replica counts, stage counts, stage groups and layer splits."""
-    G = len(p.cluster.groups)
     L = p.model.layers
-    best = None
-    for dp in _replica_counts(p):
+    best = None  # (step time, dp, groups, layers)
+    for dp in reversed(_replica_counts(p)):  # fewest stages first: a cheap, often good bound
         caps = [g.nodes // dp for g in p.cluster.groups]
-        if sum(caps) == 0:
+        smax = min(p.max_stages, L, sum(caps))
+        if smax < 1:  # more replicas than nodes
             continue
-        m = p.global_batch // dp
-        for S in range(1, min(p.max_stages, L, sum(caps)) + 1):
-            # state: (layers used, last group, stages per group) -> Pareto front
-            fronts: dict = {(0, -1, (0,) * G): [(0.0, 0.0, 0.0, ())]}
-            for i in range(S):
-                nxt: dict = {}
-                first, last = i == 0, i == S - 1
-                in_flight = min(S - i, m)
-                for (used, prev, counts), front in fronts.items():
-                    remaining_stages = S - i - 1
-                    lo, hi = 1, L - used - remaining_stages
-                    if last:
-                        lo = hi = L - used
-                    for g in range(G):
-                        if counts[g] + 1 > caps[g]:
-                            continue
-                        new_counts = counts[:g] + (counts[g] + 1,) + counts[g + 1:]
-                        for layers in range(max(lo, 1), hi + 1):
-                            t, sync, fits = p.stage(g, layers, first, last, prev if prev >= 0 else g, in_flight, dp)
-                            if not fits:
-                                continue
-                            key = (used + layers, g, new_counts)
-                            bucket = nxt.setdefault(key, [])
-                            for (mt, st, ms, hist) in front:
-                                _pareto_add(bucket, (max(mt, t), st + t, max(ms, sync), hist + ((g, layers),)))
-                fronts = nxt
-            for (used, _, _), front in fronts.items():
-                if used != L:
-                    continue
-                for (mt, st, ms, hist) in front:
-                    T = step_time(mt, st, ms, m)
-                    if best is None or T < best[0] - 1e-15:
-                        best = (T, dp, hist)
+        t, sync, fits = _stage_tables(p, dp, smax)
+        if not fits.any():  # no stage fits in memory
+            continue
+        # no stage is faster per layer than this: a lower bound on the time of layers not yet placed
+        per_layer = (t[:, :, 1:, :] / np.arange(1, L + 1)[:, None])[fits[:, :, 1:, :]].min()
+        cnext, cprev, cstart = _count_vectors(caps, smax)
+        found, T, groups, stage_layers = planner.pipeline_dp(
+            t, sync, fits, cnext, cprev, cstart, p.global_batch // dp, L, smax,
+            np.inf if best is None else best[0], max(float(per_layer), 0.0))
+        if found:
+            best = (T, dp, groups.tolist(), stage_layers.tolist())
     if best is None:
         return None
-    _, dp, hist = best
-    return evaluate(p, dp, [g for g, _ in hist], [l for _, l in hist])
+    _, dp, groups, layers = best
+    return evaluate(p, dp, groups, layers)
 
 
 def plan_brute_force(p: Problem) -> PipelinePlan | None:

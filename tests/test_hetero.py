@@ -160,3 +160,22 @@ def test_planner_matches_brute_force_on_random_instances():
         for g in set(fast.groups):  # node caps hold
             assert fast.dp * fast.groups.count(g) <= p.cluster.groups[g].nodes
     assert solved >= 20
+
+
+def test_simulated_plan_matches_the_closed_form_without_links():
+    """With free links and equal stages the 1F1B simulation equals the planner's bottleneck form;
+    with real links it differs but stays within the planner's charge of every transfer."""
+    cluster = hetero.Cluster.from_dict({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 4}]})
+    p = hetero.problem(tiny_model(16, 2048), cluster, global_batch=16, max_stages=4)
+    equal = hetero.PipelinePlan(dp=1, groups=(0, 0, 0, 0), layers=(4, 4, 4, 4), micro_batches=16,
+                                step_time_s=0.0, stage_times_s=(), sync_s=0.0)
+    free = hetero.Problem(p.model, p.cluster, p.global_batch, p.costs, p.link_bw * 1e12, p.link_lat * 0.0,
+                          p.max_stages)
+    result, step = hetero.simulate(free, equal)
+    f, b = free.stage_fwd_bwd(0, 4, False)
+    f_last, b_last = free.stage_fwd_bwd(0, 4, True)
+    # 1F1B with equal stages except the last: exactly (m-1) * max + sum when the last is slowest
+    times = [f + b] * 3 + [f_last + b_last]
+    assert step == pytest.approx(15 * max(times) + sum(times), rel=1e-9)
+    result, step = hetero.simulate(p, hetero.evaluate(p, 1, [0, 0, 0, 0], [4, 4, 4, 4]))
+    assert step <= hetero.evaluate(p, 1, [0, 0, 0, 0], [4, 4, 4, 4]).step_time_s * (1 + 1e-12)

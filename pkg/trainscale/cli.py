@@ -218,10 +218,12 @@ def cmd_plan(args) -> int:
         result = {"model": args.model, "global_batch": args.global_batch, "fits": False,
                   "reason": "no plan fits in the cluster's memory"}
     else:
+        simulated, step = hetero.simulate(problem, best)
         result = {"model": args.model, "global_batch": args.global_batch, "fits": True,
                   "dp": best.dp, "pp": len(best.groups), "micro_batches": best.micro_batches,
-                  "step_time_s": best.step_time_s,
-                  "tokens_per_s": hetero.throughput_tokens_per_s(problem, best),
+                  "step_time_s": step, "planner_step_time_s": best.step_time_s,
+                  "bubble_fraction": simulated.bubble_fraction,
+                  "tokens_per_s": problem.global_batch * problem.model.seq_len / step,
                   "gradient_sync_s": best.sync_s, "stages": best.describe(cluster)}
     if args.json:
         _dump_json(result)
@@ -232,7 +234,8 @@ def cmd_plan(args) -> int:
         print(result["reason"])
         return 0
     print(f"dp {result['dp']} x pp {result['pp']}, {result['micro_batches']} micro-batches per replica: "
-          f"step {_fmt(result['step_time_s'])} s, {_fmt(result['tokens_per_s'])} tokens/s")
+          f"step {_fmt(result['step_time_s'])} s (simulated 1F1B; planner's closed form "
+          f"{_fmt(result['planner_step_time_s'])} s), {_fmt(result['tokens_per_s'])} tokens/s")
     print(_table(result["stages"]))
     return 0
 

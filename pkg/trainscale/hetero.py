@@ -142,8 +142,10 @@ class GroupCosts:
     """Per-micro-batch costs of one layer (and the output layer) on a node of a group."""
 
     tp: int
-    layer_s: float
-    head_s: float
+    layer_fwd_s: float
+    layer_bwd_s: float  # with recomputation
+    head_fwd_s: float
+    head_bwd_s: float
     layer_param_bytes: float  # 16-bit weights of one layer on one GPU
     embed_param_bytes: float
     head_param_bytes: float
@@ -174,10 +176,11 @@ def group_costs(model: ModelSpec, system: SystemSpec, micro_batch: int = 1, reco
     calib = perfmodel.calibration_vector(system.generation)
     lc = np.empty(K.L_SIZE)
     layer_costs(mvec, svec, calib, t, 1, micro_batch, RECOMPUTE_MODES.index(recompute), True, flash_attention, lc)
-    layer_s = (lc[K.L_FWD_GEMM] + lc[K.L_FWD_ELEM] + lc[K.L_FWD_TP] + lc[K.L_BWD_GEMM] + lc[K.L_BWD_ELEM]
-               + lc[K.L_BWD_TP] + lc[K.L_RECOMP] + lc[K.L_RECOMP_TP])
+    layer_fwd = lc[K.L_FWD_GEMM] + lc[K.L_FWD_ELEM] + lc[K.L_FWD_TP]
+    layer_bwd = lc[K.L_BWD_GEMM] + lc[K.L_BWD_ELEM] + lc[K.L_BWD_TP] + lc[K.L_RECOMP] + lc[K.L_RECOMP_TP]
     return GroupCosts(
-        tp=t, layer_s=layer_s, head_s=lc[K.L_HEAD_FWD] + lc[K.L_HEAD_BWD],
+        tp=t, layer_fwd_s=layer_fwd, layer_bwd_s=layer_bwd, head_fwd_s=lc[K.L_HEAD_FWD],
+        head_bwd_s=lc[K.L_HEAD_BWD],
         layer_param_bytes=BYTES * mvec[K.M_PARAMS_LAYER] / t,
         embed_param_bytes=BYTES * mvec[K.M_PARAMS_EMBED] / t,
         head_param_bytes=BYTES * mvec[K.M_PARAMS_HEAD] / t,
@@ -201,15 +204,26 @@ class Problem:
     link_lat: np.ndarray
     max_stages: int
 
+    def send(self, a: int, b: int) -> float:
+        """One micro-batch's activations from a stage of group ``a`` to one of group ``b``."""
+        msg = self.costs[b].activation_msg_bytes
+        return self.link_lat[a, b] + msg / (self.costs[b].net_eff * self.link_bw[a, b])
+
     def transfer(self, a: int, b: int) -> float:
         """Forward activations a -> b plus their gradients back, per micro-batch."""
-        msg = self.costs[b].activation_msg_bytes
-        return 2.0 * (self.link_lat[a, b] + msg / (self.costs[b].net_eff * self.link_bw[a, b]))
+        return 2.0 * self.send(a, b)
+
+    def stage_fwd_bwd(self, g: int, layers: int, last: bool) -> tuple[float, float]:
+        """A stage's forward and backward time per micro-batch, transfers excluded."""
+        c = self.costs[g]
+        return (layers * c.layer_fwd_s + (c.head_fwd_s if last else 0.0),
+                layers * c.layer_bwd_s + (c.head_bwd_s if last else 0.0))
 
     def stage(self, g: int, layers: int, first: bool, last: bool, prev: int, in_flight: int, dp: int):
         """(time per micro-batch, gradient-sync time, fits) of a stage."""
         c = self.costs[g]
-        t = layers * c.layer_s + (c.head_s if last else 0.0) + (0.0 if first else self.transfer(prev, g))
+        fwd, bwd = self.stage_fwd_bwd(g, layers, last)
+        t = fwd + bwd + (0.0 if first else self.transfer(prev, g))
         params = layers * c.layer_param_bytes + (c.embed_param_bytes if first else 0.0) \
             + (c.head_param_bytes if last else 0.0)
         # weights + gradients (16-bit) + optimizer state sharded over the replicas (ZeRO-1)
@@ -372,6 +386,21 @@ def even_split_plan(p: Problem, dp: int, groups: Sequence[int]) -> PipelinePlan 
     S, L = len(groups), p.model.layers
     layers = [L // S + (1 if i < L % S else 0) for i in range(S)]
     return evaluate(p, dp, list(groups), layers)
+
+
+def simulate(p: Problem, pl: PipelinePlan):
+    """Run a plan's pipeline (1F1B) through the discrete-event simulator: transfers delay the
+    next stage instead of being charged to it. Returns ``(PipelineResult, step time)``, the step
+    being the makespan plus the gradient synchronisation."""
+    from . import pipeline
+
+    S = len(pl.groups)
+    fwd, bwd = np.empty(S), np.empty(S)
+    for i, (g, l) in enumerate(zip(pl.groups, pl.layers)):
+        fwd[i], bwd[i] = p.stage_fwd_bwd(g, l, i == S - 1)
+    send = np.array([p.send(pl.groups[i], pl.groups[i + 1]) for i in range(S - 1)])
+    result = pipeline.simulate("1f1b", fwd, bwd, send=send, micro_batches=pl.micro_batches)
+    return result, result.makespan_s + pl.sync_s
 
 
 def throughput_tokens_per_s(p: Problem, pl: PipelinePlan | None) -> float:

@@ -25,6 +25,20 @@ EXPECTED_OUTPUTS = {
         "allreduce_busbw.nc",
         "allreduce_busbw.png",
     ],
+    "pipeline-planning": [
+        "schedules.nc",
+        "timelines.nc",
+        "planner.nc",
+        "gantt.png",
+        "memory_vs_throughput.png",
+        "planner.png",
+    ],
+    "heterogeneous-cluster": [
+        "mix.nc",
+        "fraction_of_sum.png",
+        "throughput.png",
+        "layers_on_first.png",
+    ],
 }
 EXPECTED_DATASETS = {
     "validation/validation.nc": (
@@ -54,6 +68,26 @@ EXPECTED_DATASETS = {
         {"system", "nodes", "message_bytes"},
         {"busbw_GBps"},
         {"system", "nodes", "message_bytes"},
+    ),
+    "pipeline-planning/schedules.nc": (
+        {"schedule", "micro_batches"},
+        {"makespan_s", "tokens_per_s", "bubble_fraction", "peak_activation_gib"},
+        {"schedule", "micro_batches"},
+    ),
+    "pipeline-planning/timelines.nc": (
+        {"schedule", "op_index"},
+        {"device", "stage", "micro_batch", "op", "start_s", "end_s"},
+        {"schedule", "op_index"},
+    ),
+    "pipeline-planning/planner.nc": (
+        {"network_GBps", "approach"},
+        {"tokens_per_s", "dp", "pp"},
+        {"network_GBps", "approach"},
+    ),
+    "heterogeneous-cluster/mix.nc": (
+        {"fraction", "approach", "part"},
+        {"tokens_per_s", "fraction_of_sum", "even_fraction_of_sum", "layers_on_first", "alone_fits"},
+        {"fraction", "approach", "part"},
     ),
 }
 

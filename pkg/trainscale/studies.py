@@ -296,7 +296,10 @@ def heterogeneous_mix(model, systems: Sequence[str], total_nodes: int, fractions
                       link_latency_s: float = 1e-5) -> xr.Dataset:
     """HETHUB's question: a cluster of two accelerator types in a ratio; the planner's mixed-cluster
     throughput as a fraction of the sum of what each part achieves alone, by the share of nodes
-    of the first type; with an even layer split over the same stages as the naive baseline."""
+    of the first type; with an even layer split over the same stages as the naive baseline.
+
+    A part that cannot hold the model on its own trains nothing alone: it adds 0 to the sum (and
+    ``alone_fits`` says so), so the mixed cluster can then exceed the sum of its parts."""
     from . import hetero
 
     if len(systems) != 2:
@@ -305,6 +308,7 @@ def heterogeneous_mix(model, systems: Sequence[str], total_nodes: int, fractions
     names = ("mixed", "even-split", "first-alone", "second-alone")
     tput = np.full((len(fractions), len(names)), np.nan)
     layers_first = np.full(len(fractions), np.nan)
+    alone_fits = np.zeros((len(fractions), 2), dtype=bool)
     for i, f in enumerate(fractions):
         if not 0.0 <= float(f) <= 1.0:
             raise SpecError("fractions", f, "expected shares between 0 and 1")
@@ -330,7 +334,9 @@ def heterogeneous_mix(model, systems: Sequence[str], total_nodes: int, fractions
                 continue
             part = hetero.Cluster.from_dict({"groups": [{"name": "g", "system": systems[k], "nodes": counts[k]}]})
             q = hetero.problem(model, part, global_batch, max_stages=max_stages)
-            tput[i, 2 + k] = hetero.throughput_tokens_per_s(q, hetero.plan(q))
+            alone = hetero.plan(q)
+            alone_fits[i, k] = alone is not None
+            tput[i, 2 + k] = hetero.throughput_tokens_per_s(q, alone) if alone is not None else 0.0
     upper = tput[:, 2] + tput[:, 3]
     ds = xr.Dataset({
         "tokens_per_s": (("fraction", "approach"), tput, {"units": "tokens/s", "long_name": "throughput"}),
@@ -340,7 +346,9 @@ def heterogeneous_mix(model, systems: Sequence[str], total_nodes: int, fractions
                                  {"units": "1", "long_name": "even split / sum of the parts alone"}),
         "layers_on_first": ("fraction", layers_first,
                             {"units": "1", "long_name": "share of layers on the first accelerator type"}),
-    }, coords={"fraction": np.asarray(fractions, dtype=float), "approach": list(names)})
+        "alone_fits": (("fraction", "part"), alone_fits,
+                       {"units": "1", "long_name": "the part holds the model on its own (else it adds 0 to the sum)"}),
+    }, coords={"fraction": np.asarray(fractions, dtype=float), "approach": list(names), "part": list(systems)})
     ds["fraction"].attrs.update({"units": "1", "long_name": f"share of nodes that are {systems[0]}"})
     ds.attrs.update(provenance({"model": model.name, "systems": list(systems), "total_nodes": int(total_nodes),
                                 "fractions": [float(f) for f in fractions], "link_GBps": float(link_GBps),

@@ -62,3 +62,61 @@ rule hardware_scaling:
         notebook=notebook_parameters("hardware-scaling"),
     shell:
         PAPERMILL
+
+
+rule pipeline_planning:
+    input:
+        notebook=study_notebook("pipeline-planning"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "pipeline-planning",
+            [
+                "schedules.nc",
+                "timelines.nc",
+                "planner.nc",
+                "gantt.png",
+                "memory_vs_throughput.png",
+                "planner.png",
+            ],
+        ),
+    log:
+        executed_notebook("pipeline-planning"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=20),
+    params:
+        notebook=notebook_parameters("pipeline-planning"),
+    shell:
+        PAPERMILL
+
+
+rule heterogeneous_cluster:
+    input:
+        notebook=study_notebook("heterogeneous-cluster"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "heterogeneous-cluster",
+            [
+                "mix.nc",
+                "fraction_of_sum.png",
+                "throughput.png",
+                "layers_on_first.png",
+            ],
+        ),
+    log:
+        executed_notebook("heterogeneous-cluster"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("heterogeneous-cluster"),
+    shell:
+        PAPERMILL

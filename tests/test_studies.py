@@ -139,11 +139,15 @@ def test_heterogeneous_mix_beats_an_even_split(quick_workflow):
 
 
 def test_rerun_is_byte_identical(quick_workflow):
-    files = sorted(p for p in (quick_workflow / "figures").rglob("*") if p.suffix in (".nc", ".png"))
-    assert files
-    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-    proc = run_snakemake("--cores", "2", "--config", "mode=quick", "--forceall")
-    assert proc.returncode == 0, tail(proc.stdout)
-    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-    changed = [str(p.relative_to(quick_workflow)) for p in files if before[p] != after[p]]
-    assert not changed, f"rerun changed {changed}"
+    """Two forced runs at the same commit write the same bytes (the outputs of the session run may
+    come from an earlier commit, whose id the datasets record, so the reference is rerun too)."""
+    def forced_run():
+        proc = run_snakemake("--cores", "2", "--config", "mode=quick", "--forceall")
+        assert proc.returncode == 0, tail(proc.stdout)
+        files = sorted(p for p in (quick_workflow / "figures").rglob("*") if p.suffix in (".nc", ".png"))
+        assert files
+        return {str(p.relative_to(quick_workflow)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+    before, after = forced_run(), forced_run()
+    changed = sorted(name for name in before if before[name] != after.get(name))
+    assert before.keys() == after.keys() and not changed, f"rerun changed {changed}"

@@ -4,6 +4,7 @@
 #   make test           run the test suite
 #   make figures        run every study (workflow/Snakefile) in full mode
 #   make figures-quick  the same with small grids (what CI runs)
+#   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
 #   make bench          speed and accuracy benchmarks
 #   make lab            JupyterLab on notebooks/ (installs requirements-lab.txt)
 #   make lint           snakemake --lint and snakefmt --check on the workflow
@@ -19,11 +20,11 @@ LAB_STAMP = $(VENV)/.lab-installed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 export MPLBACKEND = Agg
 
-.PHONY: all setup test figures figures-quick bench lab lint clean help
+.PHONY: all setup test figures figures-quick sweeps bench lab lint clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '3,11p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,12p' $(firstword $(MAKEFILE_LIST))
 
 all: test
 
@@ -51,6 +52,9 @@ figures: $(STAMP)
 
 figures-quick: $(STAMP)
 	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile --config mode=quick
+
+sweeps: $(STAMP)
+	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake sweeps --cores all --snakefile workflow/Snakefile
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

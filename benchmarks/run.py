@@ -83,6 +83,52 @@ print(json.dumps({"seconds": elapsed, "plans": int(grid["step_time_s"].size), "b
 """
 
 
+def bench_sweep_spec() -> dict:
+    """The grid benchmark's space (>= 5 million plans) as a chunked sweep."""
+    model, system = resolve_model(MODEL), resolve_system(SYSTEM)
+    space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
+    return {"model": MODEL, "systems": [SYSTEM], "gpus": [GPUS], "global_batch": GLOBAL_BATCH, "chunks": 4,
+            "space": {k: list(v) for k, v in space.items()}}
+
+
+def sweep_section(failures: list) -> None:
+    """A chunked plan sweep through the workflow (snakemake, one process per chunk, Numba on one
+    thread each), with 1 and then 2 jobs at a time: plans per second of wall time, start-up and
+    gathering included."""
+    from trainscale import sweep
+
+    repo = Path(__file__).resolve().parents[1]
+    config = repo / "results" / "bench" / "sweep-config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    import yaml
+
+    spec = bench_sweep_spec()
+    config.write_text(yaml.safe_dump({"numba_threads": 1, "sweeps": {"bench": {"quick": spec, "full": spec}}}))
+    target = "results/quick/sweeps/bench.nc"
+    plans = len(spec["systems"]) * len(spec["gpus"]) * int(np.prod([len(v) for v in spec["space"].values()]))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    for jobs in (1, 2):
+        t0 = time.perf_counter()
+        proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), target, "--snakefile",
+                               "workflow/Snakefile", "--configfile", str(config), "--config", "mode=quick",
+                               "--cores", str(jobs), "--forceall", "--quiet"], cwd=repo, env=env,
+                              capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
+            failures.append(f"chunked sweep with {jobs} jobs failed")
+            return
+        bench(f"sweep_chunked_plans_per_s_w{jobs}", plans / elapsed, "plans/s")
+    bench("sweep_chunked_plans", plans, "plans")
+    gathered = sweep.read(repo / target)
+    reference = sweep.evaluate(spec)
+    same = all(np.array_equal(gathered[n].values, reference[n].values, equal_nan=gathered[n].dtype.kind == "f")
+               for n in sweep.SWEEP_VARS)
+    bench("sweep_chunked_equals_unsplit", int(same), "bool")
+    if not same:
+        failures.append("chunked sweep differs from the unsplit evaluation")
+
+
 def main() -> int:
     failures = []
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
@@ -172,6 +218,7 @@ def main() -> int:
     bench("validate_published_worst", 100 * ds.attrs["max_abs_error_published"], "%")
 
     pipeline_section(failures)
+    sweep_section(failures)
 
     if failures:
         print("FAILED: " + "; ".join(failures), file=sys.stderr)

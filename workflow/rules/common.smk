@@ -1,5 +1,6 @@
 # Helpers shared by the study rules. Paths are relative to the repository root, which must be
 # the working directory (run `snakemake --snakefile workflow/Snakefile` from there).
+import json
 from pathlib import Path
 
 import yaml
@@ -90,3 +91,65 @@ def all_study_outputs():
             + ", ".join(f"{s} needs {rule_name(s)}" for s in missing)
         )
     return [f for s in config["studies"] for f in getattr(rules, rule_name(s)).output]
+
+
+# ---------------------------------------------------------------- sweeps (rules/sweeps.smk)
+
+SWEEPS_DIR = f"results/{MODE}/sweeps"
+
+
+def sweep_spec(name):
+    """A plan sweep's spec for the current mode (config: sweeps: <name>: <mode>: ...)."""
+    try:
+        return config["sweeps"][name][MODE]
+    except KeyError:
+        raise WorkflowError(
+            f"config/config.yaml has no plan sweep '{name}' for mode '{MODE}'"
+        ) from None
+
+
+def sweep_output(name):
+    """The gathered dataset: .zarr when the sweep is too large for one netCDF file."""
+    from trainscale.sweep import output_format
+
+    return f"{SWEEPS_DIR}/{name}.{output_format(sweep_spec(name))}"
+
+
+def sweep_chunks(wildcards):
+    n = int(sweep_spec(wildcards.sweep).get("chunks", 1))
+    return [f"{SWEEPS_DIR}/{wildcards.sweep}/chunk-{i}.nc" for i in range(n)]
+
+
+def notebook_sweep(name):
+    try:
+        entry = config["notebook_sweeps"][name]
+        return entry, entry[MODE]
+    except KeyError:
+        raise WorkflowError(
+            f"config/config.yaml has no notebook sweep '{name}' for mode '{MODE}'"
+        ) from None
+
+
+def notebook_sweep_parameters(wildcards):
+    """Papermill parameters of one set: the study's parameters, overridden by the set."""
+    entry, sets = notebook_sweep(wildcards.name)
+    parameters = dict(study_config(entry["study"]))
+    parameters.update(sets[int(wildcards.index)])
+    parameters["output_dir"] = f"{SWEEPS_DIR}/{wildcards.name}/set-{wildcards.index}"
+    return yaml.safe_dump(
+        parameters, sort_keys=True, default_flow_style=True, width=10**6
+    ).strip()
+
+
+def notebook_sweep_sets(wildcards):
+    entry, sets = notebook_sweep(wildcards.name)
+    return [f"{SWEEPS_DIR}/{wildcards.name}/set-{i}" for i in range(len(sets))]
+
+
+def all_sweep_outputs():
+    plans = [sweep_output(name) for name in config.get("sweeps", {})]
+    books = [f"{SWEEPS_DIR}/{name}.nc" for name in config.get("notebook_sweeps", {})]
+    return plans + books
+
+
+PLAN_SWEEPS = "|".join(config.get("sweeps", {})) or "^$"

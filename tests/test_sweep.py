@@ -1,0 +1,111 @@
+"""Sweeps that split: chunked evaluation equals the unsplit one; zarr for large results; the
+workflow's sweep rules (plan sweep and papermill sweep) in quick mode."""
+
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import REPO_ROOT, run_snakemake, tail
+from trainscale import io as tsio
+from trainscale import sweep
+from trainscale.specs import SpecError
+
+SPEC = {"model": "llama2-7b", "systems": ["dgx-a100-80gb", "dgx-h100"], "gpus": [64, 128], "global_batch": 256,
+        "space": {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "micro_batch": [1, 2], "recompute": ["none", "full"],
+                  "zero": [0, 3]}}
+
+
+@pytest.fixture(scope="module")
+def unsplit():
+    return sweep.evaluate(SPEC)
+
+
+@settings(max_examples=8, deadline=None)
+@given(chunks=st.integers(1, 16))
+def test_chunked_equals_unsplit(unsplit, chunks):
+    n_units = len(sweep.units(SPEC))
+    chunks = min(chunks, n_units)
+    parts = [sweep.evaluate_units(SPEC, sweep.chunk_units(SPEC, i, chunks)) for i in range(chunks)]
+    assert sum(p.sizes["unit"] for p in parts) == n_units
+    xr.testing.assert_identical(sweep.gather(SPEC, parts[::-1]), unsplit)  # order of chunks does not matter
+
+
+def test_unsplit_equals_the_grid(unsplit):
+    from trainscale import perfmodel
+
+    grid = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 128, 256, **SPEC["space"])
+    part = unsplit.sel(system="dgx-h100", gpus=128)
+    for name in sweep.SWEEP_VARS:
+        np.testing.assert_array_equal(part[name].transpose(*grid[name].dims).values, grid[name].values)
+
+
+def test_gather_rejects_missing_and_duplicate_units():
+    parts = [sweep.evaluate_units(SPEC, sweep.chunk_units(SPEC, i, 4)) for i in range(4)]
+    with pytest.raises(SpecError, match="missing"):
+        sweep.gather(SPEC, parts[:3])
+    with pytest.raises(SpecError, match="two chunks"):
+        sweep.gather(SPEC, parts + parts[:1])
+
+
+def test_large_sweeps_go_to_zarr(tmp_path, unsplit, monkeypatch):
+    assert sweep.output_format(SPEC) == "nc"
+    monkeypatch.setattr(sweep, "ZARR_THRESHOLD_BYTES", 1)
+    assert sweep.output_format(SPEC) == "zarr"
+    path = sweep.write(unsplit, tmp_path / "s.zarr")
+    xr.testing.assert_identical(sweep.read(path), unsplit)
+    assert not (tmp_path / "s.zarr.tmp").exists()
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"space": {"pp": [1]}}, "space.tp"),
+    ({"space": {"tp": [1], "pipeline": [2]}}, "space.pipeline"),
+    ({"systems": ["dgx-z100"]}, "system"),
+    ({"gpus": [0]}, "gpus"),
+    ({"chunks": 0}, "chunks"),
+    ({"colour": "red"}, "colour"),
+])
+def test_bad_sweep_spec_names_the_field(change, field):
+    with pytest.raises(SpecError) as err:
+        sweep.check_spec({**SPEC, **change})
+    assert err.value.field == field
+
+
+@pytest.fixture(scope="module")
+def quick_sweeps():
+    proc = run_snakemake("sweeps", "--cores", "2", "--config", "mode=quick")
+    if proc.returncode != 0:
+        pytest.fail(f"quick sweeps failed:\n{tail(proc.stdout)}", pytrace=False)
+    return REPO_ROOT / "results" / "quick" / "sweeps"
+
+
+@pytest.mark.workflow
+def test_workflow_plan_sweep_equals_unsplit(quick_sweeps):
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    spec = config["sweeps"]["gpt3-plans"]["quick"]
+    assert spec["chunks"] > 1
+    chunks = sorted((quick_sweeps / "gpt3-plans").glob("chunk-*.nc"))
+    assert len(chunks) == spec["chunks"]
+    gathered = sweep.read(quick_sweeps / "gpt3-plans.nc")
+    reference = sweep.evaluate(spec)
+    xr.testing.assert_equal(gathered, reference)
+    assert gathered.attrs["parameters"] == reference.attrs["parameters"]
+
+
+@pytest.mark.workflow
+def test_workflow_notebook_sweep_stacks_parameter_sets(quick_sweeps):
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    entry = config["notebook_sweeps"]["hardware-scaling-batch"]
+    combined = tsio.read_dataset(quick_sweeps / "hardware-scaling-batch.nc")
+    assert combined.sizes["parameter_set"] == len(entry["quick"])
+    for i, overrides in enumerate(entry["quick"]):
+        alone = tsio.read_dataset(quick_sweeps / "hardware-scaling-batch" / f"set-{i}" / entry["dataset"])
+        xr.testing.assert_equal(combined.isel(parameter_set=i, drop=True)["tokens_per_s"], alone["tokens_per_s"])
+        assert f'"global_batch_tokens": {overrides["global_batch_tokens"]}' in alone.attrs["parameters"]
+        executed = quick_sweeps / "notebooks" / f"hardware-scaling-batch-set-{i}.ipynb"
+        assert executed.exists()
+    # a bigger global batch keeps the GPUs busier: per-GPU throughput at the largest count rises
+    per_gpu = combined["tokens_per_s_per_gpu"].sel(strategy="fsdp").isel(gpus=-1)
+    assert (per_gpu.isel(parameter_set=-1) >= per_gpu.isel(parameter_set=0)).all()

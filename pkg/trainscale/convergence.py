@@ -1,0 +1,561 @@
+"""Statistical efficiency: distributed optimisation on synthetic problems, and steps to a target.
+
+:func:`make_problem` generates a problem from a seed: least squares with set conditioning and
+label noise, L2-regularised logistic regression, or a two-layer tanh network fitted to a teacher
+of the same shape; the data are split into one shard per worker, non-IID by ``heterogeneity``.
+:func:`run` trains it with synchronous data parallelism or local SGD / DiLoCo (the kernels of
+:mod:`trainscale.kernels.optim`) and returns the loss, gradient-norm and bits-sent curves as an
+``xarray.Dataset``; :func:`steps_to_target` and :func:`tokens_to_target` read the first crossing
+of a target loss. :func:`gradient_noise_scale` estimates ``B_simple = tr(Sigma) / |G|^2``
+(McCandlish et al. 2018, arXiv 1812.06162, eq. 2.8) from per-example gradients;
+:func:`batch_size_sweep` measures steps to target against batch size and fits the paper's
+``S = S_min (1 + B_crit / B)`` (eq. 2.11) so the knee can be compared with ``B_simple``.
+
+Data model. Features of worker ``k``: ``x = mu_k + Q diag(sqrt(lambda)) z`` with ``z`` standard
+normal, ``Q`` a random rotation and ``lambda`` spaced geometrically from ``1/kappa`` to 1 (the
+covariance's condition number is ``kappa``). Worker ``k`` labels with its own teacher
+``theta_k = theta* + heterogeneity * delta_k``; the ``delta_k`` (centred over workers, so the
+pooled teacher stays ``theta*``) are as large as ``theta*`` per coordinate, and the covariate shift
+``mu_k = heterogeneity * Q diag(sqrt(lambda)) z_k`` is one standard deviation of the data.
+``heterogeneity = 0`` gives identically distributed shards. Labels: least squares
+``y = x . w_k + sigma eps``; logistic ``y = +1`` with probability ``s(x . w_k)``, else ``-1``;
+network ``y = teacher_k(x) + sigma eps``. ``|w*| = 1`` for least squares, ``|w*| = 3`` for logistic
+(labels stay random, so the data are not separable); the teacher network has
+``W1 ~ N(0, 1/d)``, ``b1 ~ N(0, 0.1^2)``, ``a ~ N(0, 1/h)``, ``b2 = 0``.
+
+Randomness: the problem's seed spawns one stream for the shared draws and one per worker; a run's
+seed spawns one stream per worker, from which all its mini-batch indices (sampled with
+replacement from the worker's shard) are drawn before the kernel starts, so curves never depend
+on the number of threads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+
+from .io import provenance
+from .kernels import optim as K
+from .specs import SpecError
+
+__all__ = [
+    "KINDS",
+    "METHODS",
+    "OPTIMIZERS",
+    "NoiseScale",
+    "Problem",
+    "batch_size_sweep",
+    "fit_critical_batch",
+    "gradient_noise_scale",
+    "make_problem",
+    "run",
+    "run_batches",
+    "steps_to_target",
+    "tokens_to_target",
+]
+
+KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
+OPTIMIZERS = {"sgd": K.SGD, "momentum": K.MOMENTUM, "adam": K.ADAM}
+METHODS = ("sync", "local")
+COMPRESSORS = {"none": K.COMPRESS_NONE}
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def _check_int(name, value, minimum=1, maximum=None):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise SpecError(name, value, f"expected an integer >= {minimum}")
+    if value < minimum or (maximum is not None and value > maximum):
+        rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise SpecError(name, value, f"expected an integer {rng}")
+    return int(value)
+
+
+def _check_float(name, value, minimum=0.0, maximum=math.inf, open_min=False, open_max=False):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise SpecError(name, value, "expected a number")
+    value = float(value)
+    lo_bad = value <= minimum if open_min else value < minimum
+    hi_bad = value >= maximum if open_max else value > maximum
+    if not math.isfinite(value) or lo_bad or hi_bad:
+        lo = "(" if open_min else "["
+        hi = ")" if open_max else "]"
+        raise SpecError(name, value, f"expected a finite number in {lo}{minimum}, {maximum}{hi}")
+    return value
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise SpecError(name, value, f"expected one of {', '.join(choices)}")
+    return value
+
+
+def _seed_sequence(seed) -> np.random.SeedSequence:
+    """An int, a SeedSequence, or a Generator (from which a fresh SeedSequence's entropy is drawn)."""
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    if isinstance(seed, np.random.Generator):
+        return np.random.SeedSequence([int(v) for v in seed.integers(0, 2**63, size=4)])
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise SpecError("seed", seed, "expected a non-negative integer, a numpy SeedSequence or Generator")
+    return np.random.SeedSequence(int(seed))
+
+
+def _seed_attr(seed):
+    return int(seed) if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# problems
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A generated training problem: data, shards, and what is known of its optimum.
+
+    ``X`` (``n x d``) and ``y`` (``n``) hold all workers' data, worker ``k`` owning rows
+    ``shard_offsets[k]:shard_offsets[k+1]``. ``teacher`` is the pooled teacher ``theta*`` and
+    ``worker_teachers`` (``W x p``) each shard's. ``optimum`` is the exact minimiser of the pooled
+    objective (closed form for least squares, Newton's method to machine precision for logistic
+    regression; None for the network), ``optimum_loss`` its loss (for the network: the noise
+    floor ``sigma^2 / 2``, the loss of the teacher on noise-free predictions).
+    """
+
+    kind: str
+    X: np.ndarray
+    y: np.ndarray
+    shard_offsets: np.ndarray
+    dim: int
+    hidden: int
+    lam: float
+    sigma: float
+    kappa: float
+    heterogeneity: float
+    teacher: np.ndarray
+    worker_teachers: np.ndarray
+    eigenvalues: np.ndarray
+    optimum: np.ndarray | None
+    optimum_loss: float
+    parameters: dict = field(default_factory=dict)
+
+    @property
+    def code(self) -> int:
+        return KINDS[self.kind]
+
+    @property
+    def workers(self) -> int:
+        return len(self.shard_offsets) - 1
+
+    @property
+    def n_samples(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_params(self) -> int:
+        return int(K.n_params(self.code, self.dim, self.hidden))
+
+    def shard(self, k: int) -> slice:
+        return slice(int(self.shard_offsets[k]), int(self.shard_offsets[k + 1]))
+
+    def loss(self, params, idx=None) -> float:
+        """Objective on the examples ``idx`` (default: the whole pooled dataset)."""
+        params = np.ascontiguousarray(params, dtype=np.float64)
+        idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
+        return float(K.batch_loss(self.code, self.hidden, self.lam, params, self.X, self.y, idx,
+                                  np.empty(max(self.hidden, 1))))
+
+    def grad(self, params, idx=None) -> np.ndarray:
+        """Gradient of :meth:`loss`."""
+        params = np.ascontiguousarray(params, dtype=np.float64)
+        idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
+        out = np.empty_like(params)
+        K.batch_grad(self.code, self.hidden, self.lam, params, self.X, self.y, idx, out,
+                     np.empty(max(self.hidden, 1)))
+        return out
+
+    def initial_params(self, seed=0, scale: float = 1.0) -> np.ndarray:
+        """Starting point: zeros for linear models; for the network a random one with the
+        teacher's scales (``scale`` times), so tanh units are not symmetric."""
+        if self.kind != "two_layer":
+            return np.zeros(self.n_params)
+        rng = np.random.default_rng(_seed_sequence(seed))
+        return scale * _random_network(rng, self.dim, self.hidden)
+
+
+def _random_network(rng, d, h):
+    w1 = rng.normal(0.0, 1.0 / math.sqrt(d), size=h * d)
+    b1 = rng.normal(0.0, 0.1, size=h)
+    a = rng.normal(0.0, 1.0 / math.sqrt(h), size=h)
+    return np.concatenate([w1, b1, a, [0.0]])
+
+
+def _network_out(theta, X, h):
+    d = X.shape[1]
+    w1 = theta[: h * d].reshape(h, d)
+    b1 = theta[h * d: h * d + h]
+    a = theta[h * d + h: h * d + 2 * h]
+    return np.tanh(X @ w1.T + b1) @ a + theta[-1]
+
+
+def make_problem(kind: str, n_samples: int, dim: int, workers: int = 1, heterogeneity: float = 0.0,
+                 seed=0, *, kappa: float = 1.0, sigma: float = 0.1, lam: float | None = None,
+                 hidden: int = 8) -> Problem:
+    """Generate a problem (see the module docstring for the data model).
+
+    ``kind``: ``least_squares``, ``logistic`` or ``two_layer``; ``n_samples`` in all, split into
+    ``workers`` shards of (nearly) equal size; ``kappa >= 1`` the condition number of the feature
+    covariance; ``sigma`` the label-noise standard deviation (unused by ``logistic``); ``lam``
+    the L2 coefficient (default 0, and 1e-2 for ``logistic`` where it must be > 0);
+    ``hidden`` the width of the network.
+    """
+    _check_choice("kind", kind, tuple(KINDS))
+    n = _check_int("n_samples", n_samples, 2)
+    d = _check_int("dim", dim, 1)
+    W = _check_int("workers", workers, 1, n)
+    het = _check_float("heterogeneity", heterogeneity, 0.0, 1.0)
+    kappa = _check_float("kappa", kappa, 1.0, 1e12)
+    sigma = _check_float("sigma", sigma, 0.0, 1e6)
+    h = _check_int("hidden", hidden, 1)
+    if lam is None:
+        lam = 1e-2 if kind == "logistic" else 0.0
+    lam = _check_float("lam", lam, 0.0, 1e6, open_min=(kind == "logistic"))
+    ss = _seed_sequence(seed)
+    shared, *worker_ss = ss.spawn(W + 1)
+    rng = np.random.default_rng(shared)
+
+    eig = np.geomspace(1.0 / kappa, 1.0, d)[::-1].copy()
+    q, r = np.linalg.qr(rng.normal(size=(d, d)))
+    Q = q * np.sign(np.diag(r))  # Haar-distributed rotation
+    L = Q * np.sqrt(eig)  # x = L z has covariance Q diag(eig) Q^T
+
+    if kind == "two_layer":
+        teacher = _random_network(rng, d, h)
+    else:
+        teacher = rng.normal(size=d)
+        teacher *= (1.0 if kind == "least_squares" else 3.0) / np.linalg.norm(teacher)
+    p = teacher.size
+    per_coord = np.linalg.norm(teacher) / math.sqrt(p)
+    deltas = rng.normal(0.0, per_coord, size=(W, p))
+    mus = rng.normal(size=(W, d)) @ L.T
+    if W > 1:
+        deltas -= deltas.mean(axis=0)
+        mus -= mus.mean(axis=0)
+    else:
+        deltas[:] = 0.0
+        mus[:] = 0.0
+    worker_teachers = teacher + het * deltas
+
+    offsets = np.linspace(0, n, W + 1).round().astype(np.int64)
+    X = np.empty((n, d))
+    y = np.empty(n)
+    for k in range(W):
+        wr = np.random.default_rng(worker_ss[k])
+        sl = slice(offsets[k], offsets[k + 1])
+        m = offsets[k + 1] - offsets[k]
+        Xk = het * mus[k] + wr.normal(size=(m, d)) @ L.T
+        if kind == "least_squares":
+            yk = Xk @ worker_teachers[k] + sigma * wr.normal(size=m)
+        elif kind == "logistic":
+            prob = 1.0 / (1.0 + np.exp(-(Xk @ worker_teachers[k])))
+            yk = np.where(wr.random(m) < prob, 1.0, -1.0)
+        else:
+            yk = _network_out(worker_teachers[k], Xk, h) + sigma * wr.normal(size=m)
+        X[sl] = Xk
+        y[sl] = yk
+
+    params = dict(kind=kind, n_samples=n, dim=d, workers=W, heterogeneity=het, kappa=kappa,
+                  sigma=sigma, lam=lam, hidden=h, seed=_seed_attr(seed))
+    prob = Problem(kind, X, y, offsets, d, h, lam, sigma, kappa, het, teacher, worker_teachers,
+                   eig, None, math.nan, params)
+    if kind == "least_squares":
+        optimum = least_squares_optimum(X, y, lam)
+        object.__setattr__(prob, "optimum", optimum)
+        object.__setattr__(prob, "optimum_loss", prob.loss(optimum))
+    elif kind == "logistic":
+        optimum = logistic_optimum(X, y, lam)
+        object.__setattr__(prob, "optimum", optimum)
+        object.__setattr__(prob, "optimum_loss", prob.loss(optimum))
+    else:
+        object.__setattr__(prob, "optimum_loss", 0.5 * sigma * sigma)
+    return prob
+
+
+def least_squares_optimum(X, y, lam=0.0) -> np.ndarray:
+    """Closed form: ``(X^T X / n + lam I) w = X^T y / n``."""
+    n, d = X.shape
+    return np.linalg.solve(X.T @ X / n + lam * np.eye(d), X.T @ y / n)
+
+
+def logistic_optimum(X, y, lam, tol=1e-14, max_iter=100) -> np.ndarray:
+    """Minimiser of the L2-regularised logistic loss by Newton's method (quadratic convergence)."""
+    n, d = X.shape
+    w = np.zeros(d)
+    for _ in range(max_iter):
+        m = y * (X @ w)
+        s = 0.5 * (1.0 - np.tanh(0.5 * m))  # 1 / (1 + exp(m))
+        g = -(X.T @ (y * s)) / n + lam * w
+        if np.linalg.norm(g) < tol:
+            break
+        hess = (X.T * (s * (1.0 - s))) @ X / n + lam * np.eye(d)
+        w = w - np.linalg.solve(hess, g)
+    return w
+
+
+# ---------------------------------------------------------------------------------------------
+# runs
+
+
+def draw_batches(problem: Problem, steps: int, batch_size: int, seed) -> np.ndarray:
+    """``int64[steps, W, batch_size]``: worker ``k``'s indices, with replacement from its shard,
+    from the ``k``-th stream spawned from ``seed``."""
+    streams = _seed_sequence(seed).spawn(problem.workers)
+    out = np.empty((steps, problem.workers, batch_size), np.int64)
+    for k, s in enumerate(streams):
+        sl = problem.shard(k)
+        out[:, k, :] = sl.start + np.random.default_rng(s).integers(0, sl.stop - sl.start,
+                                                                     size=(steps, batch_size))
+    return out
+
+
+def run_batches(problem: Problem, steps: int, batch_size: int, seed=0) -> np.ndarray:
+    """The mini-batch indices :func:`run` draws for ``seed`` (for references and tests)."""
+    batch_ss, _ = _seed_sequence(seed).spawn(2)
+    return draw_batches(problem, steps, batch_size, batch_ss)
+
+
+def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: float = 0.1,
+        steps: int = 100, batch_size: int = 8, *, H: int = 1, outer_lr: float = 1.0,
+        outer_momentum: float = 0.0, delayed: bool = False, eval_every: int | None = None,
+        seed=0, x0=None, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+        compressor: str = "none", compressor_params=(), _provenance: bool = True) -> xr.Dataset:
+    """Train ``problem`` and return its curves.
+
+    ``method='sync'``: synchronous SGD over the problem's workers, each with a mini-batch of
+    ``batch_size`` examples per step (global batch ``W * batch_size``); ``method='local'``:
+    local SGD / DiLoCo with ``H`` inner steps per round, ``optimizer`` as the inner optimiser and
+    an outer Nesterov step (``outer_lr``, ``outer_momentum``), one round late when ``delayed``.
+    ``steps`` counts (inner) optimiser steps; ``beta1`` is the momentum coefficient for
+    ``momentum`` and Adam's first-moment decay. ``eval_every`` defaults to ``H`` (a multiple of
+    ``H`` is required for local SGD). ``x0`` defaults to :meth:`Problem.initial_params`.
+
+    Returns a Dataset over ``step`` (0, eval_every, ...) and ``worker`` with ``loss``,
+    ``grad_norm`` (full pooled dataset, global parameters), ``samples`` (examples processed by
+    all workers), ``bits_sent_per_worker`` (cumulative) and, where the optimum is known,
+    ``suboptimality``; attrs hold the parameters and provenance; ``ds.attrs`` does not hold the
+    final parameters, which are the variable ``params`` over ``param``.
+    """
+    if not isinstance(problem, Problem):
+        raise SpecError("problem", type(problem).__name__, "expected a convergence.Problem")
+    _check_choice("method", method, METHODS)
+    _check_choice("optimizer", optimizer, tuple(OPTIMIZERS))
+    _check_choice("compressor", compressor, tuple(COMPRESSORS))
+    lr = _check_float("lr", lr, 0.0, 1e6, open_min=True)
+    steps = _check_int("steps", steps, 1)
+    B = _check_int("batch_size", batch_size, 1)
+    H = _check_int("H", H, 1)
+    outer_lr = _check_float("outer_lr", outer_lr, 0.0, 1e6, open_min=True)
+    outer_momentum = _check_float("outer_momentum", outer_momentum, 0.0, 1.0, open_max=True)
+    beta1 = _check_float("beta1", beta1, 0.0, 1.0, open_max=True)
+    beta2 = _check_float("beta2", beta2, 0.0, 1.0, open_max=True)
+    eps = _check_float("eps", eps, 0.0, 1.0)
+    if not isinstance(delayed, (bool, np.bool_)):
+        raise SpecError("delayed", delayed, "expected true or false")
+    if method == "sync" and (H != 1 or outer_lr != 1.0 or outer_momentum != 0.0 or delayed):
+        raise SpecError("method", method, "H, outer_lr, outer_momentum and delayed apply to method='local'")
+    if eval_every is None:
+        eval_every = H
+    eval_every = _check_int("eval_every", eval_every, 1)
+    if steps % eval_every:
+        raise SpecError("steps", steps, f"expected a multiple of eval_every = {eval_every}")
+    if method == "local" and eval_every % H:
+        raise SpecError("eval_every", eval_every, f"expected a multiple of H = {H} (evaluations fall on round ends)")
+    p = problem.n_params
+    if x0 is None:
+        x0 = problem.initial_params(seed)
+    x0 = np.ascontiguousarray(x0, dtype=np.float64)
+    if x0.shape != (p,) or not np.all(np.isfinite(x0)):
+        raise SpecError("x0", x0.shape, f"expected {p} finite floats")
+
+    W = problem.workers
+    batch_ss, comp_ss = _seed_sequence(seed).spawn(2)
+    batches = draw_batches(problem, steps, B, batch_ss)
+    n_msgs = steps if method == "sync" else steps // H
+    comp_seeds = np.empty((n_msgs, W), np.int64)
+    for k, s in enumerate(comp_ss.spawn(W)):
+        comp_seeds[:, k] = np.random.default_rng(s).integers(0, 2**62, size=n_msgs)
+    comp_params = np.ascontiguousarray(compressor_params, dtype=np.float64).reshape(-1)
+
+    n_eval = steps // eval_every + 1
+    loss = np.empty(n_eval)
+    gnorm = np.empty(n_eval)
+    bits = np.empty((n_eval, W))
+    x_out = np.empty(p)
+    args_common = (problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches)
+    if method == "sync":
+        K.run_sync(*args_common, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, eval_every,
+                   COMPRESSORS[compressor], comp_params, comp_seeds, x_out, loss, gnorm, bits)
+    else:
+        K.run_local(*args_common, H, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, outer_lr,
+                    outer_momentum, bool(delayed), eval_every, COMPRESSORS[compressor], comp_params,
+                    comp_seeds, x_out, loss, gnorm, bits)
+
+    step = np.arange(n_eval) * eval_every
+    ds = xr.Dataset(
+        {
+            "loss": ("step", loss, {"units": "1", "long_name": "training loss on the pooled dataset"}),
+            "grad_norm": ("step", gnorm, {"units": "1", "long_name": "norm of the full-dataset gradient"}),
+            "bits_sent_per_worker": (("step", "worker"), bits,
+                                     {"units": "bit", "long_name": "cumulative bits sent by each worker"}),
+            "params": ("param", x_out, {"units": "1", "long_name": "final global parameters"}),
+        },
+        coords={
+            "step": ("step", step, {"units": "1", "long_name": "optimiser steps (inner steps for local SGD)"}),
+            "worker": ("worker", np.arange(W), {"units": "1", "long_name": "worker"}),
+            "samples": ("step", step * W * B, {"units": "1", "long_name": "examples processed by all workers (tokens)"}),
+        },
+    )
+    if math.isfinite(problem.optimum_loss) and problem.optimum is not None:
+        ds["suboptimality"] = ("step", loss - problem.optimum_loss,
+                               {"units": "1", "long_name": "loss minus the optimal loss"})
+    parameters = dict(problem=problem.parameters, method=method, optimizer=optimizer, lr=lr, steps=steps,
+                      batch_size=B, H=H, outer_lr=outer_lr, outer_momentum=outer_momentum,
+                      delayed=bool(delayed), eval_every=eval_every, beta1=beta1, beta2=beta2, eps=eps,
+                      compressor=compressor, compressor_params=comp_params)
+    if _provenance:
+        ds.attrs.update(provenance(parameters, _seed_attr(seed)))
+    ds.attrs["samples_per_step"] = int(W * B)
+    ds.attrs["optimum_loss"] = float(problem.optimum_loss)
+    return ds
+
+
+def steps_to_target(ds: xr.Dataset, target: float, var: str = "loss") -> float:
+    """First evaluated step at which ``ds[var] <= target`` (NaN if never reached).
+
+    The resolution is the dataset's ``eval_every``: the crossing is the first evaluation at or
+    below the target, not interpolated.
+    """
+    values = np.asarray(ds[var].values)
+    hit = np.flatnonzero(values <= target)
+    return float(ds["step"].values[hit[0]]) if hit.size else math.nan
+
+
+def tokens_to_target(ds: xr.Dataset, target: float, var: str = "loss") -> float:
+    """Examples (tokens) processed by all workers until :func:`steps_to_target` (NaN if never)."""
+    return steps_to_target(ds, target, var) * ds.attrs["samples_per_step"]
+
+
+# ---------------------------------------------------------------------------------------------
+# gradient noise scale and critical batch
+
+
+@dataclass(frozen=True)
+class NoiseScale:
+    """``B_simple = trace_sigma / grad_sq_norm`` at one point (McCandlish et al. 2018, eq. 2.8).
+
+    ``trace_sigma``: trace of the per-example gradient covariance; ``grad_sq_norm``: ``|G|^2``
+    of the true (pooled) gradient, both over the ``N`` examples of the dataset
+    (``tr = (1/N) sum_i |g_i - G|^2``). They are exact when every example is used, otherwise
+    unbiased estimates from ``m = n_examples`` examples drawn without replacement: with the
+    sample covariance trace ``S2 = (1/(m-1)) sum |g_i - mean|^2``, ``tr = (N-1)/N S2`` and
+    ``|G|^2 = |mean|^2 - (1 - m/N) S2 / m`` (finite-population corrections).
+    """
+
+    b_simple: float
+    trace_sigma: float
+    grad_sq_norm: float
+    n_examples: int
+
+
+def gradient_noise_scale(problem: Problem, params, seed=0, n_examples: int | None = None) -> NoiseScale:
+    """Estimate ``B_simple`` at ``params`` from per-example gradients (see :class:`NoiseScale`)."""
+    if not isinstance(problem, Problem):
+        raise SpecError("problem", type(problem).__name__, "expected a convergence.Problem")
+    params = np.ascontiguousarray(params, dtype=np.float64)
+    if params.shape != (problem.n_params,):
+        raise SpecError("params", params.shape, f"expected {problem.n_params} floats")
+    n = problem.n_samples
+    if n_examples is None or n_examples == n:
+        idx = np.arange(n)
+        exact = True
+    else:
+        m = _check_int("n_examples", n_examples, 2, n)
+        idx = np.sort(np.random.default_rng(_seed_sequence(seed)).choice(n, size=m, replace=False))
+        exact = False
+    g = np.empty((idx.size, problem.n_params))
+    K.per_example_grads(problem.code, problem.hidden, problem.lam, params, problem.X, problem.y,
+                        idx.astype(np.int64), g)
+    mean = g.mean(axis=0)
+    sq = float(((g - mean) ** 2).sum())
+    m = idx.size
+    if exact:
+        tr = sq / m
+        gsq = float(mean @ mean)
+    else:
+        s2 = sq / (m - 1)
+        tr = s2 * (n - 1) / n
+        gsq = float(mean @ mean) - (1.0 - m / n) * s2 / m
+    b = tr / gsq if gsq > 0 else math.inf
+    return NoiseScale(b, tr, gsq, m)
+
+
+def fit_critical_batch(batch_sizes, steps) -> tuple[float, float]:
+    """Fit ``S = S_min (1 + B_crit / B)`` (McCandlish et al. eq. 2.11) by least squares of ``S``
+    on ``1 / B``; returns ``(S_min, B_crit)``. Points with NaN steps are ignored."""
+    b = np.asarray(batch_sizes, dtype=np.float64)
+    s = np.asarray(steps, dtype=np.float64)
+    ok = np.isfinite(s)
+    if ok.sum() < 2:
+        return math.nan, math.nan
+    slope, intercept = np.polyfit(1.0 / b[ok], s[ok], 1)
+    return float(intercept), float(slope / intercept) if intercept > 0 else math.nan
+
+
+def batch_size_sweep(problem: Problem, batch_sizes, lrs, target: float, steps: int, *,
+                     optimizer: str = "sgd", eval_every: int = 1, seed=0, x0=None,
+                     var: str = "loss") -> xr.Dataset:
+    """Steps and examples to reach ``target`` against batch size, each at its best learning rate.
+
+    Runs synchronous training for every (per-worker) batch size and learning rate (same seed);
+    returns ``steps_to_target`` over (``batch_size``, ``lr``), the best over ``lr`` as
+    ``best_steps`` / ``best_samples`` over ``batch_size`` (coordinate ``global_batch`` =
+    ``W * batch_size``), and in attrs the fit ``S_min``, ``B_crit`` (in global examples) of
+    :func:`fit_critical_batch`, the knee to compare with :func:`gradient_noise_scale`.
+    """
+    batch_sizes = [_check_int("batch_size", b, 1) for b in batch_sizes]
+    lrs = [_check_float("lr", v, 0.0, 1e6, open_min=True) for v in lrs]
+    if not batch_sizes or not lrs:
+        raise SpecError("batch_sizes", batch_sizes, "expected at least one batch size and one lr")
+    S = np.full((len(batch_sizes), len(lrs)), np.nan)
+    for i, b in enumerate(batch_sizes):
+        for j, lr in enumerate(lrs):
+            ds = run(problem, "sync", optimizer, lr, steps, b, eval_every=eval_every, seed=seed, x0=x0,
+                     _provenance=False)  # git is asked once, for the sweep
+            S[i, j] = steps_to_target(ds, target, var)
+    W = problem.workers
+    best = np.where(np.all(np.isnan(S), axis=1), np.nan, np.nanmin(np.where(np.isnan(S), np.inf, S), axis=1))
+    global_batch = W * np.asarray(batch_sizes)
+    s_min, b_crit = fit_critical_batch(global_batch, best)
+    out = xr.Dataset(
+        {
+            "steps_to_target": (("batch_size", "lr"), S, {"units": "1", "long_name": "steps to reach the target loss"}),
+            "best_steps": ("batch_size", best, {"units": "1", "long_name": "steps to target at the best lr"}),
+            "best_samples": ("batch_size", best * global_batch,
+                             {"units": "1", "long_name": "examples (tokens) to target at the best lr"}),
+        },
+        coords={
+            "batch_size": ("batch_size", np.asarray(batch_sizes), {"units": "1", "long_name": "per-worker batch size"}),
+            "global_batch": ("batch_size", global_batch, {"units": "1", "long_name": "global batch size"}),
+            "lr": ("lr", np.asarray(lrs), {"units": "1", "long_name": "learning rate"}),
+        },
+    )
+    out.attrs.update(provenance(dict(problem=problem.parameters, batch_sizes=batch_sizes, lrs=lrs, target=target,
+                                     steps=steps, optimizer=optimizer, eval_every=eval_every, var=var),
+                                _seed_attr(seed)))
+    out.attrs["S_min"] = s_min
+    out.attrs["B_crit"] = b_crit
+    return out

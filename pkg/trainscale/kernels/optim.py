@@ -1,0 +1,364 @@
+"""Synthetic training problems and distributed optimisers, simulated on the real numbers.
+
+Problems (``kind``; the parameters are always one flat ``float64`` vector ``w`` of length
+:func:`n_params`, so every kernel stays monomorphic). With ``n`` examples ``(x_i, y_i)`` of a
+mini-batch ``I`` (an index array into ``X``, ``y``) the objective is
+
+    f_I(w) = (1/|I|) sum_{i in I} l(w; x_i, y_i) + (lam/2) |w|^2
+
+* ``LEAST_SQUARES``: ``l = (x_i . w - y_i)^2 / 2``, gradient ``(x_i . w - y_i) x_i``;
+* ``LOGISTIC`` (labels ``y_i = +-1``): ``l = log(1 + exp(-y_i x_i . w))``, gradient
+  ``-y_i s(-y_i x_i . w) x_i`` with ``s`` the logistic function (evaluated without overflow);
+* ``TWO_LAYER``: ``out(x) = sum_j a_j tanh(W1_j . x + b1_j) + b2`` with ``h = hidden`` units,
+  ``w = [W1 (h x d, row-major), b1 (h), a (h), b2]``, ``l = (out(x_i) - y_i)^2 / 2``, gradient by
+  back-propagation: ``r = out - y``, ``d a_j = r t_j``, ``d b2 = r``,
+  ``d b1_j = r a_j (1 - t_j^2)``, ``d W1_j = d b1_j x`` with ``t_j = tanh(W1_j . x + b1_j)``.
+
+Every sum runs in a fixed order (examples in index order, then workers ``0..W-1``), so results do
+not depend on the number of threads.
+
+Optimisers (``opt``), one step ``t = 1, 2, ...`` on gradient ``g``:
+
+* ``SGD``: ``w -= lr g``;
+* ``MOMENTUM`` (heavy ball, PyTorch convention): ``m = beta1 m + g``; ``w -= lr m``;
+* ``ADAM``: ``m = beta1 m + (1-beta1) g``; ``v = beta2 v + (1-beta2) g^2``;
+  ``w -= lr (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps)``.
+
+Distributed loops over ``W`` workers, worker ``k`` drawing mini-batches from its own shard
+(``batches[s, k, :]``, drawn before the loop from per-worker random streams):
+
+* :func:`run_sync`: synchronous data parallelism. Every step each worker computes ``g_k`` on its
+  batch and sends it (through the compressor); the mean ``g = (1/W) sum_k g_k`` drives the
+  optimiser. Bits sent per worker per step: those of one message (``32 p`` uncompressed).
+* :func:`run_local`: local SGD / DiLoCo (Douillard et al. 2023, arXiv 2311.08105). Each round,
+  every worker starts from the global ``x``, runs ``H`` inner steps of the inner optimiser (whose
+  state persists across rounds), and sends its pseudo-gradient ``D_k = x - x_k``; the outer step is
+  Nesterov momentum on ``D = (1/W) sum_k D_k``: ``u = mu u + D``; ``x -= outer_lr (D + mu u)``.
+  With ``H = 1``, inner SGD, ``outer_lr = 1`` and ``mu = 0`` this is synchronous SGD (up to the
+  rounding of ``x - (x - lr g_k)``). With ``delayed`` the outer step of round ``r`` applies the
+  pseudo-gradient of round ``r - 1`` (none in round 0; the last round's is still in flight at the
+  end), so its all-reduce overlaps round ``r``'s compute.
+
+Compression hook: every message (a gradient or a pseudo-gradient) passes through
+:func:`compress_message` with a ``compressor`` code, a ``float64`` parameter vector, a per-message
+``int64`` seed (drawn before the loops from the sending worker's stream) and the worker's
+error-feedback buffer; it compresses in place and returns the bits sent. Only
+``COMPRESS_NONE`` (32 bits per float) is implemented here; compressors plug in as further
+branches there.
+
+Parallelism: ``prange`` over workers (each writes only its own rows); reductions over workers run
+afterwards, serially, in worker order. The evaluation records the full-dataset loss and gradient
+norm of the global parameters at step 0 and every ``eval_every`` steps.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+LEAST_SQUARES = 0
+LOGISTIC = 1
+TWO_LAYER = 2
+
+SGD = 0
+MOMENTUM = 1
+ADAM = 2
+
+COMPRESS_NONE = 0
+
+BITS_PER_FLOAT = 32
+
+
+@njit(cache=True)
+def n_params(kind, dim, hidden):
+    """Length of the flat parameter vector: ``d`` for linear models, ``h d + 2 h + 1`` for the network."""
+    if kind == TWO_LAYER:
+        return hidden * dim + 2 * hidden + 1
+    return dim
+
+
+@njit(cache=True)
+def _dot_row(X, i, w, start):
+    """``X[i] . w[start:start+d]``, summed in index order."""
+    s = 0.0
+    for j in range(X.shape[1]):
+        s += X[i, j] * w[start + j]
+    return s
+
+
+@njit(cache=True)
+def _log1p_exp_neg(m):
+    """``log(1 + exp(-m))`` without overflow."""
+    if m > 0.0:
+        return np.log1p(np.exp(-m))
+    return -m + np.log1p(np.exp(m))
+
+
+@njit(cache=True)
+def _sigmoid_neg(m):
+    """``1 / (1 + exp(m))`` without overflow."""
+    if m >= 0.0:
+        e = np.exp(-m)
+        return e / (1.0 + e)
+    return 1.0 / (1.0 + np.exp(m))
+
+
+@njit(cache=True)
+def _mlp_forward(hidden, w, X, i, act):
+    """Hidden activations ``act[j] = tanh(W1_j . x_i + b1_j)``; returns the network output."""
+    d = X.shape[1]
+    b1 = hidden * d
+    a = b1 + hidden
+    out = w[a + hidden]
+    for j in range(hidden):
+        t = np.tanh(_dot_row(X, i, w, j * d) + w[b1 + j])
+        act[j] = t
+        out += w[a + j] * t
+    return out
+
+
+@njit(cache=True)
+def example_loss(kind, hidden, w, X, y, i, work):
+    """Loss ``l(w; x_i, y_i)`` of one example (no regulariser); ``work``: ``hidden`` floats."""
+    if kind == LEAST_SQUARES:
+        r = _dot_row(X, i, w, 0) - y[i]
+        return 0.5 * r * r
+    if kind == LOGISTIC:
+        return _log1p_exp_neg(y[i] * _dot_row(X, i, w, 0))
+    r = _mlp_forward(hidden, w, X, i, work) - y[i]
+    return 0.5 * r * r
+
+
+@njit(cache=True)
+def example_grad_add(kind, hidden, w, X, y, i, out, work):
+    """``out += grad l(w; x_i, y_i)`` (no regulariser); ``work``: ``hidden`` floats."""
+    d = X.shape[1]
+    if kind == LEAST_SQUARES:
+        r = _dot_row(X, i, w, 0) - y[i]
+        for j in range(d):
+            out[j] += r * X[i, j]
+    elif kind == LOGISTIC:
+        c = -y[i] * _sigmoid_neg(y[i] * _dot_row(X, i, w, 0))
+        for j in range(d):
+            out[j] += c * X[i, j]
+    else:
+        r = _mlp_forward(hidden, w, X, i, work) - y[i]
+        b1 = hidden * d
+        a = b1 + hidden
+        for k in range(hidden):
+            t = work[k]
+            out[a + k] += r * t
+            db = r * w[a + k] * (1.0 - t * t)
+            out[b1 + k] += db
+            for j in range(d):
+                out[k * d + j] += db * X[i, j]
+        out[a + hidden] += r
+
+
+@njit(cache=True)
+def batch_loss(kind, hidden, lam, w, X, y, idx, work):
+    """``f_I(w)``: mean example loss over ``idx`` plus ``lam/2 |w|^2``."""
+    s = 0.0
+    for t in range(idx.shape[0]):
+        s += example_loss(kind, hidden, w, X, y, idx[t], work)
+    reg = 0.0
+    for j in range(w.shape[0]):
+        reg += w[j] * w[j]
+    return s / idx.shape[0] + 0.5 * lam * reg
+
+
+@njit(cache=True)
+def batch_grad(kind, hidden, lam, w, X, y, idx, out, work):
+    """``out = grad f_I(w)``: the sum of example gradients in ``idx`` order, over ``|I|``, plus ``lam w``."""
+    p = w.shape[0]
+    for j in range(p):
+        out[j] = 0.0
+    for t in range(idx.shape[0]):
+        example_grad_add(kind, hidden, w, X, y, idx[t], out, work)
+    m = idx.shape[0]
+    for j in range(p):
+        out[j] = out[j] / m + lam * w[j]
+
+
+@njit(cache=True)
+def _norm(v):
+    s = 0.0
+    for j in range(v.shape[0]):
+        s += v[j] * v[j]
+    return np.sqrt(s)
+
+
+@njit(parallel=True, cache=True)
+def per_example_grads(kind, hidden, lam, w, X, y, idx, out):
+    """``out[t] = grad l(w; x_{idx[t]}) + lam w`` (one row per example, rows in ``prange``)."""
+    p = w.shape[0]
+    for t in prange(idx.shape[0]):
+        work = np.empty(max(hidden, 1))
+        for j in range(p):
+            out[t, j] = 0.0
+        example_grad_add(kind, hidden, w, X, y, idx[t], out[t], work)
+        for j in range(p):
+            out[t, j] += lam * w[j]
+
+
+@njit(cache=True)
+def opt_update(opt, lr, beta1, beta2, eps, t, x, g, m, v):
+    """One optimiser step ``t`` (from 1) on ``x`` with gradient ``g``; state ``m``, ``v`` in place."""
+    p = x.shape[0]
+    if opt == SGD:
+        for j in range(p):
+            x[j] -= lr * g[j]
+    elif opt == MOMENTUM:
+        for j in range(p):
+            m[j] = beta1 * m[j] + g[j]
+            x[j] -= lr * m[j]
+    else:
+        c1 = 1.0 - beta1 ** t
+        c2 = 1.0 - beta2 ** t
+        for j in range(p):
+            m[j] = beta1 * m[j] + (1.0 - beta1) * g[j]
+            v[j] = beta2 * v[j] + (1.0 - beta2) * g[j] * g[j]
+            x[j] -= lr * (m[j] / c1) / (np.sqrt(v[j] / c2) + eps)
+
+
+@njit(cache=True)
+def compress_message(compressor, comp_params, seed, msg, ef):
+    """Compress ``msg`` in place (the value the receiver reconstructs); returns the bits sent.
+
+    ``ef`` is the sender's error-feedback buffer and ``seed`` its per-message random seed, both
+    unused by ``COMPRESS_NONE``, which sends every float at 32 bits.
+    """
+    if compressor == COMPRESS_NONE:
+        return float(BITS_PER_FLOAT * msg.shape[0])
+    raise ValueError("unknown compressor code")
+
+
+@njit(cache=True)
+def _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, work, e, loss_out, gnorm_out,
+              sent, bits_out):
+    loss_out[e] = batch_loss(kind, hidden, lam, x, X, y, all_idx, work)
+    batch_grad(kind, hidden, lam, x, X, y, all_idx, gbuf, work)
+    gnorm_out[e] = _norm(gbuf)
+    for k in range(sent.shape[0]):
+        bits_out[e, k] = sent[k]
+
+
+@njit(cache=True)
+def _mean_rows(A, out):
+    """``out = (1/W) sum_k A[k]``, workers summed in order ``0..W-1``."""
+    W = A.shape[0]
+    for j in range(A.shape[1]):
+        out[j] = 0.0
+    for k in range(W):
+        for j in range(A.shape[1]):
+            out[j] += A[k, j]
+    for j in range(A.shape[1]):
+        out[j] /= W
+
+
+@njit(parallel=True, cache=True)
+def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, eval_every,
+             compressor, comp_params, comp_seeds, x_out, loss_out, gnorm_out, bits_out):
+    """Synchronous data-parallel training for ``batches.shape[0]`` steps.
+
+    ``batches``: ``int64[steps, W, B]`` example indices; ``comp_seeds``: ``int64[steps, W]``.
+    Outputs: final parameters ``x_out`` (``p``); ``loss_out``/``gnorm_out``
+    (``steps // eval_every + 1``) and cumulative bits sent per worker ``bits_out`` (``[.., W]``)
+    at steps ``0, eval_every, 2 eval_every, ...``.
+    """
+    steps = batches.shape[0]
+    W = batches.shape[1]
+    p = x0.shape[0]
+    n = X.shape[0]
+    hw = max(hidden, 1)
+    x = np.empty(p)
+    m = np.empty(p)
+    v = np.empty(p)
+    g = np.empty(p)
+    gbuf = np.empty(p)
+    for j in range(p):
+        x[j] = x0[j]
+        m[j] = 0.0
+        v[j] = 0.0
+    G = np.empty((W, p))
+    ef = np.zeros((W, p))
+    work = np.empty((W, hw))
+    ework = np.empty(hw)
+    sent = np.zeros(W)
+    all_idx = np.arange(n)
+    _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, ework, 0, loss_out, gnorm_out, sent, bits_out)
+    for s in range(steps):
+        for k in prange(W):
+            batch_grad(kind, hidden, lam, x, X, y, batches[s, k], G[k], work[k])
+            sent[k] += compress_message(compressor, comp_params, comp_seeds[s, k], G[k], ef[k])
+        _mean_rows(G, g)
+        opt_update(opt, lr, beta1, beta2, eps, s + 1, x, g, m, v)
+        if (s + 1) % eval_every == 0:
+            _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, ework, (s + 1) // eval_every,
+                      loss_out, gnorm_out, sent, bits_out)
+    for j in range(p):
+        x_out[j] = x[j]
+
+
+@njit(parallel=True, cache=True)
+def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, eps,
+              outer_lr, outer_momentum, delayed, eval_every,
+              compressor, comp_params, comp_seeds, x_out, loss_out, gnorm_out, bits_out):
+    """Local SGD / DiLoCo: ``batches.shape[0] // H`` rounds of ``H`` inner steps per worker.
+
+    ``batches``: ``int64[steps, W, B]`` (``steps`` a multiple of ``H``); ``comp_seeds``:
+    ``int64[rounds, W]``; ``eval_every`` a multiple of ``H``. Outputs as :func:`run_sync`, the
+    loss and gradient norm being those of the global parameters after each evaluated round.
+    """
+    steps = batches.shape[0]
+    W = batches.shape[1]
+    p = x0.shape[0]
+    n = X.shape[0]
+    hw = max(hidden, 1)
+    rounds = steps // H
+    x = np.empty(p)
+    u = np.zeros(p)
+    delta = np.empty(p)
+    prev = np.zeros(p)
+    apply = np.empty(p)
+    gbuf = np.empty(p)
+    for j in range(p):
+        x[j] = x0[j]
+    XW = np.empty((W, p))
+    G = np.empty((W, p))
+    M = np.zeros((W, p))
+    V = np.zeros((W, p))
+    D = np.empty((W, p))
+    ef = np.zeros((W, p))
+    work = np.empty((W, hw))
+    ework = np.empty(hw)
+    sent = np.zeros(W)
+    all_idx = np.arange(n)
+    _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, ework, 0, loss_out, gnorm_out, sent, bits_out)
+    for r in range(rounds):
+        for k in prange(W):
+            xk = XW[k]
+            for j in range(p):
+                xk[j] = x[j]
+            for h in range(H):
+                s = r * H + h
+                batch_grad(kind, hidden, lam, xk, X, y, batches[s, k], G[k], work[k])
+                opt_update(opt, lr, beta1, beta2, eps, s + 1, xk, G[k], M[k], V[k])
+            for j in range(p):
+                D[k, j] = x[j] - xk[j]
+            sent[k] += compress_message(compressor, comp_params, comp_seeds[r, k], D[k], ef[k])
+        _mean_rows(D, delta)
+        if delayed:
+            for j in range(p):
+                apply[j] = prev[j]
+                prev[j] = delta[j]
+        else:
+            for j in range(p):
+                apply[j] = delta[j]
+        for j in range(p):
+            u[j] = outer_momentum * u[j] + apply[j]
+            x[j] -= outer_lr * (apply[j] + outer_momentum * u[j])
+        done = (r + 1) * H
+        if done % eval_every == 0:
+            _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, ework, done // eval_every,
+                      loss_out, gnorm_out, sent, bits_out)
+    for j in range(p):
+        x_out[j] = x[j]

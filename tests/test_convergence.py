@@ -1,15 +1,16 @@
 """Convergence layer: problems reach their optimum, distributed optimisers match plain-NumPy
-references, reproducibility, heterogeneity, and the gradient noise scale against closed forms."""
+references, reproducibility, heterogeneity, the gradient noise scale against closed forms, and
+compressors inside the distributed loops (bitwise no-op for none, bit counts, error feedback on a
+constructed stall)."""
 
 import math
 
 import numba
 import numpy as np
 import pytest
-
+from trainscale import compression as CP
 from trainscale import convergence as C
 from trainscale.specs import SpecError
-
 
 # ---------------------------------------------------------------------------------------------
 # problems: full-batch gradient descent reaches the optimum
@@ -378,6 +379,12 @@ def test_make_problem_validates(kwargs, field):
     (dict(H=2), "method"),
     (dict(method="local", outer_momentum=1.0), "outer_momentum"),
     (dict(compressor="topk"), "compressor"),
+    (dict(compressor=3), "compressor"),
+    (dict(compressor={"name": "top_k"}), "k"),
+    (dict(compressor={"name": "top_k", "k": 4}), "k"),  # k > d = 3
+    (dict(compressor={"name": "qsgd"}), "levels"),
+    (dict(compressor={"name": "powersgd", "rank": 2}), "rank"),  # the 1 x 3 view has rank <= 1
+    (dict(compressor={"name": "top_k", "k": 1, "ef": True}), "ef"),
 ])
 def test_run_validates(kwargs, field):
     p = C.make_problem("least_squares", 50, 3, workers=2, seed=0)
@@ -386,3 +393,205 @@ def test_run_validates(kwargs, field):
     with pytest.raises(SpecError) as err:
         C.run(p, **args)
     assert err.value.field == field
+
+
+# ---------------------------------------------------------------------------------------------
+# compression inside the distributed loops
+
+# A run stored before compressors existed (no compressor argument): hex floats of its losses and
+# final parameters. 'none' in any spelling must reproduce it bit for bit.
+STORED_SYNC = (["0x1.3d08e252e2a7fp-1", "0x1.f52019bd1d4d6p-5", "0x1.1a997c8cc3ad3p-2", "0x1.3daaefbce53f4p-4"],
+               ["0x1.424c2ab9b4e99p-1", "0x1.571e921100326p-4", "0x1.84b6dab4f6276p-2", "0x1.c4bbd09b48a1cp-1"])
+STORED_LOCAL = (["0x1.3d08e252e2a7fp-1", "0x1.4a8ca6a59c8c1p-2", "0x1.2599a32d5b1e4p-4"],
+                ["0x1.19638180c6ce9p-1", "-0x1.3e80677d6489cp-3", "0x1.0af1f85500264p-1", "0x1.1467bd26f82eep-1"])
+
+
+def _stored_runs(**comp):
+    p = C.make_problem("least_squares", 120, 4, workers=3, heterogeneity=0.6, seed=13, kappa=8.0, sigma=0.2)
+    a = C.run(p, "sync", "momentum", lr=0.1, steps=12, batch_size=4, eval_every=4, seed=17, **comp)
+    b = C.run(p, "local", "adam", lr=0.05, steps=12, batch_size=4, H=3, outer_lr=0.8, outer_momentum=0.5,
+              delayed=True, eval_every=6, seed=17, **comp)
+    return a, b
+
+
+def _hex(values):
+    return [float(v).hex() for v in values]
+
+
+@pytest.mark.parametrize("comp", [{}, dict(compressor="none"), dict(compressor={"name": "none"}),
+                                  dict(compressor=CP.CompressorSpec()), dict(compressor=None),
+                                  dict(compressor={"name": "none", "error_feedback": True})])
+def test_no_compression_is_bitwise_the_stored_run(comp):
+    a, b = _stored_runs(**comp)
+    for ds, (loss, params) in ((a, STORED_SYNC), (b, STORED_LOCAL)):
+        assert _hex(ds.loss.values) == loss
+        assert _hex(ds.params.values) == params
+    np.testing.assert_array_equal(a.bits_sent_per_worker.values[-1], [32 * 4 * 12] * 3)
+    np.testing.assert_array_equal(b.bits_sent_per_worker.values[-1], [32 * 4 * 4] * 3)
+    assert a.attrs["compressor"] == "none"
+
+
+def test_top_k_with_ratio_one_is_no_compression():
+    p = C.make_problem("two_layer", 200, 3, workers=3, heterogeneity=0.5, seed=4, hidden=3)
+    d = p.n_params  # 3*3 + 2*3 + 1 = 16
+    for method, kw in (("sync", dict(eval_every=5)), ("local", dict(H=5, outer_momentum=0.5))):
+        a = C.run(p, method, "momentum", lr=0.05, steps=30, batch_size=4, seed=2, **kw)
+        for ef in (False, True):
+            b = C.run(p, method, "momentum", lr=0.05, steps=30, batch_size=4, seed=2,
+                      compressor={"name": "top_k", "ratio": 1.0, "error_feedback": ef}, **kw)
+            np.testing.assert_array_equal(b.loss.values, a.loss.values)
+            np.testing.assert_array_equal(b.params.values, a.params.values)
+            msgs = 30 if method == "sync" else 6
+            # values and indices of all d entries: d (32 + ceil(log2 d)) bits
+            np.testing.assert_array_equal(b.bits_sent_per_worker.values[-1], [msgs * d * (32 + 4)] * 3)
+
+
+def test_bits_per_message_and_local_sgd_sends_once_per_round():
+    p = C.make_problem("least_squares", 200, 10, workers=2, seed=0)
+    d, steps, H = 10, 40, 10
+    per_msg = {
+        "none": 32 * d,
+        "top_k_3": 3 * (32 + 4),  # ceil(log2 10) = 4
+        "random_k_3": 3 * (32 + 4),
+        "qsgd_4": 32 + d * (1 + 3),  # sign + level in 0..4 (3 bits) per entry, plus the norm
+        "powersgd_1": 32 * 1 * (3 + 4),  # 10 entries viewed as 3 x 4
+    }
+    specs = {"none": "none", "top_k_3": {"name": "top_k", "k": 3, "error_feedback": True},
+             "random_k_3": {"name": "random_k", "k": 3}, "qsgd_4": {"name": "qsgd", "levels": 4},
+             "powersgd_1": {"name": "powersgd", "rank": 1}}
+    for name, spec in specs.items():
+        sync = C.run(p, "sync", "sgd", lr=0.05, steps=steps, batch_size=4, eval_every=H, seed=3, compressor=spec)
+        local = C.run(p, "local", "sgd", lr=0.05, steps=steps, batch_size=4, H=H, seed=3, compressor=spec)
+        assert CP.resolve_compressor(spec).nominal_bits(d) == per_msg[name]
+        # cumulative bits at steps 0, 10, 20, ...: one message per step (sync) or per round (local)
+        expected_sync = np.arange(steps // H + 1)[:, None] * H * per_msg[name] * np.ones(2)
+        np.testing.assert_array_equal(sync.bits_sent_per_worker.values, expected_sync)
+        np.testing.assert_array_equal(local.bits_sent_per_worker.values * H, expected_sync)
+    # QSGD with Elias coding sends data-dependent, fewer bits than fixed width at s = 1
+    el = C.run(p, "sync", "sgd", lr=0.05, steps=steps, batch_size=4, eval_every=H, seed=3,
+               compressor={"name": "qsgd", "levels": 1, "elias": True})
+    assert np.all(el.bits_sent_per_worker.values[-1] < steps * (32 + d * 2))
+    assert np.all(el.bits_sent_per_worker.values[-1] > steps * 32)
+
+
+def _ef_stall_problem():
+    """Two workers, one example each: ``x_0 = (2, 1)``, ``x_1 = (-2, 1)``, labels ``-1``.
+
+    The pooled optimum is ``(0, -1)``, where both examples fit exactly (so every worker's gradient
+    vanishes there). From ``w = 0`` the workers' gradients are ``(2, 1)`` and ``(-2, 1)``: top-1
+    sends ``(2, 0)`` and ``(-2, 0)``, whose mean is zero, so without error feedback the run never
+    moves, a distance 1 from the optimum. With error feedback the second coordinates accumulate
+    until they are sent."""
+    X = np.array([[2.0, 1.0], [-2.0, 1.0]])
+    y = np.array([-1.0, -1.0])
+    opt = np.array([0.0, -1.0])
+    return C.Problem("least_squares", X, y, np.array([0, 1, 2]), dim=2, hidden=1, lam=0.0, sigma=0.0,
+                     kappa=4.0, heterogeneity=1.0, teacher=opt, worker_teachers=np.array([opt, opt]),
+                     eigenvalues=np.array([4.0, 1.0]), optimum=opt, optimum_loss=0.0,
+                     parameters={"hand_built": "ef_stall"})
+
+
+@pytest.mark.parametrize("method,kw", [("sync", dict(eval_every=10)), ("local", dict(H=4, eval_every=40))])
+def test_error_feedback_recovers_what_top_k_loses(method, kw):
+    p = _ef_stall_problem()
+    assert np.linalg.norm(p.grad(p.optimum)) == 0.0
+    runs = {}
+    for name, comp in (("none", "none"), ("top1", {"name": "top_k", "k": 1}),
+                       ("top1_ef", {"name": "top_k", "k": 1, "error_feedback": True})):
+        runs[name] = C.run(p, method, "sgd", lr=0.2, steps=400, batch_size=1, seed=0, compressor=comp, **kw)
+    dist = {k: np.linalg.norm(ds.params.values - p.optimum) / np.linalg.norm(p.optimum) for k, ds in runs.items()}
+    assert dist["none"] < 1e-6
+    assert dist["top1"] >= 0.99  # stalled at the start
+    np.testing.assert_array_equal(runs["top1"].loss.values, 0.5)
+    assert dist["top1_ef"] < 1e-6
+    # same bits for the plain and the error-feedback run: one value and a 1-bit index per message
+    np.testing.assert_array_equal(runs["top1"].bits_sent_per_worker.values,
+                                  runs["top1_ef"].bits_sent_per_worker.values)
+    assert runs["top1"].bits_sent_per_worker.values[-1, 0] == (400 if method == "sync" else 100) * 33
+
+
+def _ls_for_compression():
+    return C.make_problem("least_squares", 800, 10, workers=2, heterogeneity=0.3, seed=3, sigma=0.1)
+
+
+def test_random_k_unbiased_converges_slower_than_uncompressed():
+    p = _ls_for_compression()
+    kw = dict(lr=0.1, steps=600, batch_size=8, eval_every=10, seed=1)
+    base = C.run(p, "sync", "sgd", **kw)
+    rk = C.run(p, "sync", "sgd", compressor={"name": "random_k", "k": 3}, **kw)
+    init = float(base.suboptimality.values[0])
+    floor = {n: float(ds.suboptimality.values[-10:].mean()) for n, ds in (("none", base), ("rk", rk))}
+    # converges to a neighbourhood of the optimum ...
+    assert floor["rk"] < 1e-2 * init
+    # ... more slowly (the d/k = 10/3 variance factor): later to a target, and a wider neighbourhood
+    target = p.optimum_loss + 1e-2 * init
+    assert C.steps_to_target(rk, target) > C.steps_to_target(base, target)
+    assert floor["rk"] > 2 * floor["none"]
+    # unbiased random-k (kept entries times d/k) at lr is plain random-k at lr d/k, same draws
+    plain = C.run(p, "sync", "sgd", compressor={"name": "random_k", "k": 3, "unbiased": False},
+                  **{**kw, "lr": 0.1 * 10 / 3})
+    np.testing.assert_allclose(plain.params.values, rk.params.values, rtol=1e-9)
+
+
+@pytest.mark.parametrize("levels", [4, 8])
+def test_qsgd_converges_on_least_squares(levels):
+    p = _ls_for_compression()
+    kw = dict(lr=0.1, steps=600, batch_size=8, eval_every=10, seed=1)
+    base = C.run(p, "sync", "sgd", **kw)
+    q = C.run(p, "sync", "sgd", compressor={"name": "qsgd", "levels": levels}, **kw)
+    init = float(base.suboptimality.values[0])
+    floor_q = float(q.suboptimality.values[-10:].mean())
+    floor_none = float(base.suboptimality.values[-10:].mean())
+    # variance at most min(d/s^2, sqrt(d)/s) |g|^2 more: a neighbourhood within a small factor
+    assert floor_q < 3 * floor_none
+    assert floor_q < 2e-3 * init
+    assert math.isfinite(C.steps_to_target(q, p.optimum_loss + 1e-3 * init))
+
+
+def test_compressed_sync_matches_numpy_reference():
+    """The kernel's loop against a NumPy loop calling ``compression.compress`` per worker with the
+    documented keys ``(compressor_seed(seed), worker, step)`` and per-worker initial states."""
+    p = C.make_problem("least_squares", 60, 6, workers=3, heterogeneity=0.7, seed=1, lam=0.01)
+    steps, B, lr, seed = 20, 3, 0.1, 4
+    batches = C.run_batches(p, steps, B, seed=seed)
+    cseed = C.compressor_seed(seed)
+    for spec in ({"name": "top_k", "k": 2, "error_feedback": True}, {"name": "random_k", "k": 2},
+                 {"name": "qsgd", "levels": 2}, {"name": "powersgd", "rank": 1, "error_feedback": True}):
+        ds = C.run(p, "sync", "sgd", lr=lr, steps=steps, batch_size=B, eval_every=steps, seed=seed, compressor=spec)
+        assert ds.attrs["compressor_seed"] == cseed
+        sp = CP.resolve_compressor(spec)
+        states = [sp.init_state(6, cseed, k) for k in range(3)]
+        x = np.zeros(6)
+        bits = np.zeros(3)
+        for s in range(steps):
+            g = np.zeros(6)
+            for k in range(3):
+                c = CP.compress(_ref_grad(p.X, p.y, x, batches[s, k], p.lam), sp, seed=cseed, step=s, worker=k,
+                                state=states[k])
+                g += c.out
+                bits[k] += c.bits
+            x = x - lr * (g / 3)
+        np.testing.assert_allclose(ds.params.values, x, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(ds.bits_sent_per_worker.values[-1], bits)
+
+
+def test_compressed_runs_do_not_depend_on_thread_count():
+    p = C.make_problem("least_squares", 300, 12, workers=4, heterogeneity=0.5, seed=5, sigma=0.2)
+    kw = dict(lr=0.05, steps=24, batch_size=4, seed=8)
+    specs = ({"name": "top_k", "k": 3, "error_feedback": True}, {"name": "random_k", "ratio": 0.25},
+             {"name": "powersgd", "rank": 2, "error_feedback": True})
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            results.append([C.run(p, m, "momentum", compressor=sp, **kw, **extra)
+                            for sp in specs for m, extra in (("sync", dict(eval_every=4)), ("local", dict(H=4)))])
+    finally:
+        numba.set_num_threads(before)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a.loss.values, b.loss.values)
+        np.testing.assert_array_equal(a.params.values, b.params.values)
+        np.testing.assert_array_equal(a.bits_sent_per_worker.values, b.bits_sent_per_worker.values)
+    # and compression changed the runs (different compressors, different curves)
+    assert not np.array_equal(results[0][0].params.values, results[0][2].params.values)

@@ -26,17 +26,23 @@ network ``y = teacher_k(x) + sigma eps``. ``|w*| = 1`` for least squares, ``|w*|
 Randomness: the problem's seed spawns one stream for the shared draws and one per worker; a run's
 seed spawns one stream per worker, from which all its mini-batch indices (sampled with
 replacement from the worker's shard) are drawn before the kernel starts, so curves never depend
-on the number of threads.
+on the number of threads. A second child of the run's seed gives the compressor seed
+(:func:`compressor_seed`): worker ``k``'s message at step (sync) or round (local) ``t`` is
+compressed with ``trainscale.compression.key(compressor_seed, k, t)``, its state starting from
+``CompressorSpec.init_state(p, compressor_seed, k)``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import xarray as xr
 
+from .compression import CODES as COMPRESSOR_NAMES
+from .compression import CompressorSpec, resolve_compressor
 from .io import provenance
 from .kernels import optim as K
 from .specs import SpecError
@@ -48,6 +54,7 @@ __all__ = [
     "NoiseScale",
     "Problem",
     "batch_size_sweep",
+    "compressor_seed",
     "fit_critical_batch",
     "gradient_noise_scale",
     "make_problem",
@@ -60,7 +67,6 @@ __all__ = [
 KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
 OPTIMIZERS = {"sgd": K.SGD, "momentum": K.MOMENTUM, "adam": K.ADAM}
 METHODS = ("sync", "local")
-COMPRESSORS = {"none": K.COMPRESS_NONE}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,11 +334,32 @@ def run_batches(problem: Problem, steps: int, batch_size: int, seed=0) -> np.nda
     return draw_batches(problem, steps, batch_size, batch_ss)
 
 
+def compressor_seed(seed=0) -> int:
+    """The compressor seed :func:`run` uses for ``seed`` (an int in ``[0, 2^63)``, for references)."""
+    _, comp_ss = _seed_sequence(seed).spawn(2)
+    return int(comp_ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def _resolve_compressor(compressor) -> CompressorSpec:
+    if isinstance(compressor, str) and compressor not in COMPRESSOR_NAMES:
+        raise SpecError("compressor", compressor, f"expected one of {', '.join(COMPRESSOR_NAMES)}, "
+                        "a mapping or a CompressorSpec")
+    if compressor is not None and not isinstance(compressor, (str, Mapping, CompressorSpec)):
+        raise SpecError("compressor", compressor, "expected a name, a mapping or a CompressorSpec")
+    return resolve_compressor(compressor, where="compressor")
+
+
+def _spec_dict(spec: CompressorSpec) -> dict:
+    out = asdict(spec)
+    out.pop("where", None)
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: float = 0.1,
         steps: int = 100, batch_size: int = 8, *, H: int = 1, outer_lr: float = 1.0,
         outer_momentum: float = 0.0, delayed: bool = False, eval_every: int | None = None,
         seed=0, x0=None, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-        compressor: str = "none", compressor_params=(), _provenance: bool = True) -> xr.Dataset:
+        compressor: str | Mapping | CompressorSpec = "none", _provenance: bool = True) -> xr.Dataset:
     """Train ``problem`` and return its curves.
 
     ``method='sync'``: synchronous SGD over the problem's workers, each with a mini-batch of
@@ -353,7 +380,7 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
         raise SpecError("problem", type(problem).__name__, "expected a convergence.Problem")
     _check_choice("method", method, METHODS)
     _check_choice("optimizer", optimizer, tuple(OPTIMIZERS))
-    _check_choice("compressor", compressor, tuple(COMPRESSORS))
+    spec = _resolve_compressor(compressor)
     lr = _check_float("lr", lr, 0.0, 1e6, open_min=True)
     steps = _check_int("steps", steps, 1)
     B = _check_int("batch_size", batch_size, 1)
@@ -381,14 +408,14 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     if x0.shape != (p,) or not np.all(np.isfinite(x0)):
         raise SpecError("x0", x0.shape, f"expected {p} finite floats")
 
+    comp_params = spec.params(p)  # validates k, rank, rows against p
     W = problem.workers
-    batch_ss, comp_ss = _seed_sequence(seed).spawn(2)
+    batch_ss, _ = _seed_sequence(seed).spawn(2)
     batches = draw_batches(problem, steps, B, batch_ss)
-    n_msgs = steps if method == "sync" else steps // H
-    comp_seeds = np.empty((n_msgs, W), np.int64)
-    for k, s in enumerate(comp_ss.spawn(W)):
-        comp_seeds[:, k] = np.random.default_rng(s).integers(0, 2**62, size=n_msgs)
-    comp_params = np.ascontiguousarray(compressor_params, dtype=np.float64).reshape(-1)
+    comp_seed = compressor_seed(seed)
+    comp_state = np.zeros((W, spec.state_size(p)))
+    for k in range(W):
+        comp_state[k] = spec.init_state(p, comp_seed, k)
 
     n_eval = steps // eval_every + 1
     loss = np.empty(n_eval)
@@ -398,11 +425,11 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     args_common = (problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches)
     if method == "sync":
         K.run_sync(*args_common, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, eval_every,
-                   COMPRESSORS[compressor], comp_params, comp_seeds, x_out, loss, gnorm, bits)
+                   spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits)
     else:
         K.run_local(*args_common, H, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, outer_lr,
-                    outer_momentum, bool(delayed), eval_every, COMPRESSORS[compressor], comp_params,
-                    comp_seeds, x_out, loss, gnorm, bits)
+                    outer_momentum, bool(delayed), eval_every, spec.code, comp_params,
+                    comp_seed, comp_state, x_out, loss, gnorm, bits)
 
     step = np.arange(n_eval) * eval_every
     ds = xr.Dataset(
@@ -425,11 +452,13 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     parameters = dict(problem=problem.parameters, method=method, optimizer=optimizer, lr=lr, steps=steps,
                       batch_size=B, H=H, outer_lr=outer_lr, outer_momentum=outer_momentum,
                       delayed=bool(delayed), eval_every=eval_every, beta1=beta1, beta2=beta2, eps=eps,
-                      compressor=compressor, compressor_params=comp_params)
+                      compressor=_spec_dict(spec))
     if _provenance:
         ds.attrs.update(provenance(parameters, _seed_attr(seed)))
     ds.attrs["samples_per_step"] = int(W * B)
     ds.attrs["optimum_loss"] = float(problem.optimum_loss)
+    ds.attrs["compressor"] = spec.name
+    ds.attrs["compressor_seed"] = comp_seed
     return ds
 
 

@@ -39,12 +39,15 @@ Distributed loops over ``W`` workers, worker ``k`` drawing mini-batches from its
   pseudo-gradient of round ``r - 1`` (none in round 0; the last round's is still in flight at the
   end), so its all-reduce overlaps round ``r``'s compute.
 
-Compression hook: every message (a gradient or a pseudo-gradient) passes through
-:func:`compress_message` with a ``compressor`` code, a ``float64`` parameter vector, a per-message
-``int64`` seed (drawn before the loops from the sending worker's stream) and the worker's
-error-feedback buffer; it compresses in place and returns the bits sent. Only
-``COMPRESS_NONE`` (32 bits per float) is implemented here; compressors plug in as further
-branches there.
+Compression: every message (a gradient or a pseudo-gradient) passes through
+:func:`trainscale.kernels.compress.compress` (``code``, ``params``: the compressor's code and
+``float64[NPARAM]`` parameter array), ``bits = compress(code, msg, out, state[k], params, key)``
+with worker ``k``'s own state row (``state``: ``float64[W, state_size]``, set up by
+``init_state``: the error-feedback buffer and PowerSGD's ``Q``) and output row, and
+``key = call_key(seed, k, t)`` with ``t`` the step (sync) or round (local). The averaged
+message is the mean of the outputs ``C(msg_k)`` in worker order, outside the ``prange``; each
+worker's returned bits accumulate in ``bits_out``. Code ``NONE`` copies the message, so
+uncompressed runs are bitwise what they were before compression existed.
 
 Parallelism: ``prange`` over workers (each writes only its own rows); reductions over workers run
 afterwards, serially, in worker order. The evaluation records the full-dataset loss and gradient
@@ -54,6 +57,8 @@ norm of the global parameters at step 0 and every ``eval_every`` steps.
 import numpy as np
 from numba import njit, prange
 
+from .compress import call_key, compress
+
 LEAST_SQUARES = 0
 LOGISTIC = 1
 TWO_LAYER = 2
@@ -61,8 +66,6 @@ TWO_LAYER = 2
 SGD = 0
 MOMENTUM = 1
 ADAM = 2
-
-COMPRESS_NONE = 0
 
 BITS_PER_FLOAT = 32
 
@@ -220,18 +223,6 @@ def opt_update(opt, lr, beta1, beta2, eps, t, x, g, m, v):
 
 
 @njit(cache=True)
-def compress_message(compressor, comp_params, seed, msg, ef):
-    """Compress ``msg`` in place (the value the receiver reconstructs); returns the bits sent.
-
-    ``ef`` is the sender's error-feedback buffer and ``seed`` its per-message random seed, both
-    unused by ``COMPRESS_NONE``, which sends every float at 32 bits.
-    """
-    if compressor == COMPRESS_NONE:
-        return float(BITS_PER_FLOAT * msg.shape[0])
-    raise ValueError("unknown compressor code")
-
-
-@njit(cache=True)
 def _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, work, e, loss_out, gnorm_out,
               sent, bits_out):
     loss_out[e] = batch_loss(kind, hidden, lam, x, X, y, all_idx, work)
@@ -256,10 +247,12 @@ def _mean_rows(A, out):
 
 @njit(parallel=True, cache=True)
 def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, eval_every,
-             compressor, comp_params, comp_seeds, x_out, loss_out, gnorm_out, bits_out):
+             comp_code, comp_params, comp_seed, comp_state, x_out, loss_out, gnorm_out, bits_out):
     """Synchronous data-parallel training for ``batches.shape[0]`` steps.
 
-    ``batches``: ``int64[steps, W, B]`` example indices; ``comp_seeds``: ``int64[steps, W]``.
+    ``batches``: ``int64[steps, W, B]`` example indices. Compression (module docstring):
+    ``comp_code``, ``comp_params``, ``comp_seed`` (int64 >= 0; keys ``call_key(comp_seed, k, s)``
+    for step ``s`` from 0) and ``comp_state`` (``float64[W, state_size]``, updated in place).
     Outputs: final parameters ``x_out`` (``p``); ``loss_out``/``gnorm_out``
     (``steps // eval_every + 1``) and cumulative bits sent per worker ``bits_out`` (``[.., W]``)
     at steps ``0, eval_every, 2 eval_every, ...``.
@@ -279,7 +272,7 @@ def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, e
         m[j] = 0.0
         v[j] = 0.0
     G = np.empty((W, p))
-    ef = np.zeros((W, p))
+    C = np.empty((W, p))
     work = np.empty((W, hw))
     ework = np.empty(hw)
     sent = np.zeros(W)
@@ -288,8 +281,9 @@ def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, e
     for s in range(steps):
         for k in prange(W):
             batch_grad(kind, hidden, lam, x, X, y, batches[s, k], G[k], work[k])
-            sent[k] += compress_message(compressor, comp_params, comp_seeds[s, k], G[k], ef[k])
-        _mean_rows(G, g)
+            key = call_key(comp_seed, k, s)
+            sent[k] += compress(comp_code, G[k], C[k], comp_state[k], comp_params, key)
+        _mean_rows(C, g)
         opt_update(opt, lr, beta1, beta2, eps, s + 1, x, g, m, v)
         if (s + 1) % eval_every == 0:
             _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, ework, (s + 1) // eval_every,
@@ -301,12 +295,13 @@ def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, e
 @njit(parallel=True, cache=True)
 def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, eps,
               outer_lr, outer_momentum, delayed, eval_every,
-              compressor, comp_params, comp_seeds, x_out, loss_out, gnorm_out, bits_out):
+              comp_code, comp_params, comp_seed, comp_state, x_out, loss_out, gnorm_out, bits_out):
     """Local SGD / DiLoCo: ``batches.shape[0] // H`` rounds of ``H`` inner steps per worker.
 
-    ``batches``: ``int64[steps, W, B]`` (``steps`` a multiple of ``H``); ``comp_seeds``:
-    ``int64[rounds, W]``; ``eval_every`` a multiple of ``H``. Outputs as :func:`run_sync`, the
-    loss and gradient norm being those of the global parameters after each evaluated round.
+    ``batches``: ``int64[steps, W, B]`` (``steps`` a multiple of ``H``); ``eval_every`` a
+    multiple of ``H``; compression as :func:`run_sync`, one message per worker per round ``r``
+    with key ``call_key(comp_seed, k, r)``. Outputs as :func:`run_sync`, the loss and gradient
+    norm being those of the global parameters after each evaluated round.
     """
     steps = batches.shape[0]
     W = batches.shape[1]
@@ -327,7 +322,7 @@ def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, ep
     M = np.zeros((W, p))
     V = np.zeros((W, p))
     D = np.empty((W, p))
-    ef = np.zeros((W, p))
+    C = np.empty((W, p))
     work = np.empty((W, hw))
     ework = np.empty(hw)
     sent = np.zeros(W)
@@ -344,8 +339,9 @@ def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, ep
                 opt_update(opt, lr, beta1, beta2, eps, s + 1, xk, G[k], M[k], V[k])
             for j in range(p):
                 D[k, j] = x[j] - xk[j]
-            sent[k] += compress_message(compressor, comp_params, comp_seeds[r, k], D[k], ef[k])
-        _mean_rows(D, delta)
+            key = call_key(comp_seed, k, r)
+            sent[k] += compress(comp_code, D[k], C[k], comp_state[k], comp_params, key)
+        _mean_rows(C, delta)
         if delayed:
             for j in range(p):
                 apply[j] = prev[j]

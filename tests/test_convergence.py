@@ -371,7 +371,7 @@ def test_make_problem_validates(kwargs, field):
 
 
 @pytest.mark.parametrize("kwargs,field", [
-    (dict(method="async"), "method"),
+    (dict(method="gossip"), "method"),
     (dict(optimizer="lion"), "optimizer"),
     (dict(lr=0.0), "lr"),
     (dict(steps=10, eval_every=3), "steps"),
@@ -595,3 +595,160 @@ def test_compressed_runs_do_not_depend_on_thread_count():
         np.testing.assert_array_equal(a.bits_sent_per_worker.values, b.bits_sent_per_worker.values)
     # and compression changed the runs (different compressors, different curves)
     assert not np.array_equal(results[0][0].params.values, results[0][2].params.values)
+
+
+# ---------------------------------------------------------------------------------------------
+# asynchronous SGD: event-driven staleness from worker speeds
+
+
+@pytest.mark.parametrize("opt,comp", [("sgd", "none"), ("adam", "none"),
+                                      ("momentum", {"name": "top_k", "k": 1, "error_feedback": True})])
+def test_async_with_one_worker_is_sync(opt, comp):
+    p = C.make_problem("least_squares", 60, 3, workers=1, seed=4, lam=0.01)
+    kw = dict(lr=0.05, steps=24, batch_size=3, eval_every=4, seed=6, compressor=comp)
+    a = C.run(p, "sync", opt, **kw)
+    b = C.run(p, "async", opt, speeds=[2.5], time_per_step_s=0.1, jitter=0.3, **kw)
+    np.testing.assert_array_equal(b.loss.values, a.loss.values)
+    np.testing.assert_array_equal(b.params.values, a.params.values)
+    np.testing.assert_array_equal(b.bits_sent_per_worker.values, a.bits_sent_per_worker.values)
+    np.testing.assert_array_equal(b.update_staleness.values, 0)
+    assert np.all(np.diff(b.update_time_s.values) > 0)
+
+
+def test_async_equal_speeds_staleness_is_workers_minus_one():
+    W = 4
+    p = C.make_problem("least_squares", 200, 3, workers=W, seed=1)
+    ds = C.run(p, "async", "sgd", lr=0.02, steps=40, batch_size=2, eval_every=4, seed=3,
+               speeds=[1.5] * W, time_per_step_s=0.3)
+    st = ds.update_staleness.values
+    np.testing.assert_array_equal(st[:W], np.arange(W))  # the first round: all read x0
+    np.testing.assert_array_equal(st[W:], W - 1)
+    np.testing.assert_array_equal(ds.update_worker.values, np.tile(np.arange(W), 10))  # ties by index
+    np.testing.assert_allclose(ds.update_time_s.values, np.repeat(np.arange(1, 11), W) * 0.2, rtol=1e-12)
+    np.testing.assert_array_equal(ds.staleness.values[2:], W - 1)
+    assert ds.time_s.values[0] == 0.0 and ds.time_s.values[-1] == pytest.approx(2.0)
+    assert ds.attrs["samples_per_step"] == 2
+    np.testing.assert_array_equal(ds.samples.values, ds.step.values * 2)
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.3])
+def test_async_slower_workers_see_more_staleness(jitter):
+    speeds = [1.0, 2.0, 4.0]
+    p = C.make_problem("least_squares", 300, 3, workers=3, seed=2)
+    ds = C.run(p, "async", "sgd", lr=0.01, steps=700, batch_size=2, eval_every=7, seed=5,
+               speeds=speeds, jitter=jitter)
+    st, wk = ds.update_staleness.values, ds.update_worker.values
+    mean = [st[wk == k].mean() for k in range(3)]
+    assert mean[0] > mean[1] > mean[2]
+    # worker k's updates arrive at rate speeds[k]; in one of its gradients the others land
+    # sum_{q != k} speeds[q] / speeds[k] updates
+    for k in range(3):
+        expect = (sum(speeds) - speeds[k]) / speeds[k]
+        assert mean[k] == pytest.approx(expect, rel=0.1)
+        assert np.mean(wk == k) == pytest.approx(speeds[k] / sum(speeds), abs=0.03)
+
+
+def test_async_is_seeded():
+    p = C.make_problem("two_layer", 200, 3, workers=3, heterogeneity=0.3, seed=8, hidden=4)
+    kw = dict(lr=0.05, steps=30, batch_size=4, eval_every=5, speeds=[1.0, 0.5, 2.0], jitter=0.5,
+              compressor={"name": "random_k", "k": 4})
+    a = C.run(p, "async", "adam", seed=3, **kw)
+    b = C.run(p, "async", "adam", seed=3, **kw)
+    assert a.identical(b)
+    c = C.run(p, "async", "adam", seed=4, **kw)
+    assert not np.array_equal(a.update_time_s.values, c.update_time_s.values)
+    assert not np.array_equal(a.loss.values, c.loss.values)
+
+
+def _ref_async(p, batches, durations, opt, lr, eval_every):
+    """Plain-Python event loop: a heap of (finish time, worker), each worker's gradient taken on
+    the parameters it read when it started."""
+    import heapq
+
+    steps, W = durations.shape
+    x = np.zeros(p.dim)
+    m, v = np.zeros(p.dim), np.zeros(p.dim)
+    grads, read, count, heap = {}, {}, {}, []
+    for k in range(W):
+        grads[k], read[k], count[k] = _ref_grad(p.X, p.y, x, batches[0, k], p.lam), 0, 1
+        heapq.heappush(heap, (durations[0, k], k))
+    losses, times, stale, workers = [_ref_loss(p.X, p.y, x, p.lam)], [], [], []
+    for u in range(steps):
+        now, k = heapq.heappop(heap)
+        _ref_update(opt, x, grads[k], m, v, lr, u + 1)
+        times.append(now)
+        stale.append(u - read[k])
+        workers.append(k)
+        if (u + 1) % eval_every == 0:
+            losses.append(_ref_loss(p.X, p.y, x, p.lam))
+        j = count[k]
+        if u + 1 < steps:
+            grads[k], read[k], count[k] = _ref_grad(p.X, p.y, x, batches[j, k], p.lam), u + 1, j + 1
+            heapq.heappush(heap, (now + durations[j, k], k))
+    return x, np.array(losses), np.array(times), np.array(stale), np.array(workers)
+
+
+@pytest.mark.parametrize("opt,jitter", [("sgd", 0.0), ("momentum", 0.4), ("adam", 0.2)])
+def test_async_matches_python_event_loop(opt, jitter):
+    p = C.make_problem("least_squares", 40, 3, workers=3, heterogeneity=0.5, seed=1, kappa=5, lam=0.01)
+    speeds, tps, steps, B = [1.0, 1.7, 3.0], 0.25, 36, 2
+    lr = 0.02 if opt == "adam" else 0.05
+    ds = C.run(p, "async", opt, lr=lr, steps=steps, batch_size=B, eval_every=3, seed=4,
+               speeds=speeds, time_per_step_s=tps, jitter=jitter)
+    dur = C.run_durations(p, steps, speeds, tps, jitter, seed=4)
+    if jitter == 0.0:
+        np.testing.assert_array_equal(dur, np.broadcast_to(tps / np.array(speeds), (steps, 3)))
+    x, losses, times, stale, workers = _ref_async(p, C.run_batches(p, steps, B, seed=4), dur, opt, lr, 3)
+    np.testing.assert_allclose(ds.params.values, x, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ds.loss.values, losses, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(ds.update_time_s.values, times)
+    np.testing.assert_array_equal(ds.update_staleness.values, stale)
+    np.testing.assert_array_equal(ds.update_worker.values, workers)
+    np.testing.assert_array_equal(ds.time_s.values[1:], times[2::3])
+    np.testing.assert_allclose(ds.staleness.values[1:], stale.reshape(-1, 3).mean(axis=1))
+    counts = np.bincount(workers, minlength=3)
+    np.testing.assert_array_equal(ds.bits_sent_per_worker.values[-1], 32 * 3 * counts)
+
+
+def test_async_converges_on_least_squares():
+    speeds = np.array([1.0, 1.5, 2.0, 3.0])
+    p = C.make_problem("least_squares", 800, 5, workers=4, heterogeneity=0.0, seed=9, kappa=4.0, sigma=0.1)
+    ds = C.run(p, "async", "sgd", lr=0.005, steps=4000, batch_size=8, eval_every=100, seed=1,
+               speeds=speeds, jitter=0.2)
+    sub = ds.suboptimality.values
+    assert sub[-5:].mean() < 2e-4 * sub[0]
+    assert ds.update_staleness.values.max() > 3  # the slow worker is genuinely stale
+    # non-IID shards: fast workers apply more updates, so async SGD heads for the optimum of the
+    # speed-weighted objective sum_k speeds[k] f_k, not the pooled one
+    p = C.make_problem("least_squares", 800, 5, workers=4, heterogeneity=0.5, seed=9, kappa=4.0, sigma=0.1)
+    A, b = np.zeros((5, 5)), np.zeros(5)
+    for k in range(4):
+        Xk, yk = p.X[p.shard(k)], p.y[p.shard(k)]
+        A += speeds[k] * Xk.T @ Xk / len(yk)
+        b += speeds[k] * Xk.T @ yk / len(yk)
+    weighted = np.linalg.solve(A, b)
+    ds = C.run(p, "async", "sgd", lr=0.003, steps=8000, batch_size=8, eval_every=100, seed=1,
+               speeds=speeds, jitter=0.2)
+    gap = np.linalg.norm(weighted - p.optimum)
+    assert np.linalg.norm(ds.params.values - weighted) < 0.25 * gap
+    assert np.linalg.norm(ds.params.values - p.optimum) > 0.75 * gap
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(method="async", speeds=[1.0]), "speeds"),
+    (dict(method="async", speeds=[1.0, 0.0]), "speeds"),
+    (dict(method="async", speeds=[1.0, float("nan")]), "speeds"),
+    (dict(method="async", speeds="fast"), "speeds"),
+    (dict(method="async", time_per_step_s=0.0), "time_per_step_s"),
+    (dict(method="async", jitter=-0.1), "jitter"),
+    (dict(method="async", H=2), "method"),
+    (dict(method="sync", speeds=[1.0, 1.0]), "method"),
+    (dict(method="local", jitter=0.1), "method"),
+])
+def test_async_validates(kwargs, field):
+    p = C.make_problem("least_squares", 50, 3, workers=2, seed=0)
+    args = dict(method="sync", optimizer="sgd", lr=0.1, steps=10, batch_size=2, eval_every=1)
+    args.update(kwargs)
+    with pytest.raises(SpecError) as err:
+        C.run(p, **args)
+    assert err.value.field == field

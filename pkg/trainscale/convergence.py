@@ -3,8 +3,8 @@
 :func:`make_problem` generates a problem from a seed: least squares with set conditioning and
 label noise, L2-regularised logistic regression, or a two-layer tanh network fitted to a teacher
 of the same shape; the data are split into one shard per worker, non-IID by ``heterogeneity``.
-:func:`run` trains it with synchronous data parallelism or local SGD / DiLoCo (the kernels of
-:mod:`trainscale.kernels.optim`) and returns the loss, gradient-norm and bits-sent curves as an
+:func:`run` trains it with synchronous data parallelism, local SGD / DiLoCo, or asynchronous
+SGD with staleness set by worker speeds (the kernels of :mod:`trainscale.kernels.optim`) and returns the loss, gradient-norm and bits-sent curves as an
 ``xarray.Dataset``; :func:`steps_to_target` and :func:`tokens_to_target` read the first crossing
 of a target loss. :func:`gradient_noise_scale` estimates ``B_simple = tr(Sigma) / |G|^2``
 (McCandlish et al. 2018, arXiv 1812.06162, eq. 2.8) from per-example gradients;
@@ -29,7 +29,9 @@ replacement from the worker's shard) are drawn before the kernel starts, so curv
 on the number of threads. A second child of the run's seed gives the compressor seed
 (:func:`compressor_seed`): worker ``k``'s message at step (sync) or round (local) ``t`` is
 compressed with ``trainscale.compression.key(compressor_seed, k, t)``, its state starting from
-``CompressorSpec.init_state(p, compressor_seed, k)``.
+``CompressorSpec.init_state(p, compressor_seed, k)``. Asynchronous runs key worker ``k``'s
+``j``-th gradient with ``(compressor_seed, k, j)``; their duration jitter (:func:`run_durations`)
+comes from a third child of the run's seed.
 """
 
 from __future__ import annotations
@@ -60,13 +62,14 @@ __all__ = [
     "make_problem",
     "run",
     "run_batches",
+    "run_durations",
     "steps_to_target",
     "tokens_to_target",
 ]
 
 KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
 OPTIMIZERS = {"sgd": K.SGD, "momentum": K.MOMENTUM, "adam": K.ADAM}
-METHODS = ("sync", "local")
+METHODS = ("sync", "local", "async")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +337,39 @@ def run_batches(problem: Problem, steps: int, batch_size: int, seed=0) -> np.nda
     return draw_batches(problem, steps, batch_size, batch_ss)
 
 
+def run_durations(problem: Problem, steps: int, speeds, time_per_step_s: float = 1.0,
+                  jitter: float = 0.0, seed=0) -> np.ndarray:
+    """``float64[steps, W]``: simulated seconds of worker ``k``'s ``j``-th gradient in an async run.
+
+    ``time_per_step_s / speeds[k]``, times (when ``jitter > 0``) a log-normal factor
+    ``exp(jitter z - jitter^2 / 2)`` (mean 1) with ``z`` standard normal, all drawn before the
+    loop from the third child spawned from ``seed``.
+    """
+    speeds = _check_speeds(problem, speeds)
+    tps = _check_float("time_per_step_s", time_per_step_s, 0.0, 1e12, open_min=True)
+    jitter = _check_float("jitter", jitter, 0.0, 10.0)
+    steps = _check_int("steps", steps, 1)
+    base = np.broadcast_to(tps / speeds, (steps, problem.workers))
+    if jitter == 0.0:
+        return np.ascontiguousarray(base, dtype=np.float64)
+    jit_ss = _seed_sequence(seed).spawn(3)[2]
+    z = np.random.default_rng(jit_ss).standard_normal((steps, problem.workers))
+    return np.ascontiguousarray(base * np.exp(jitter * z - 0.5 * jitter * jitter))
+
+
+def _check_speeds(problem: Problem, speeds) -> np.ndarray:
+    W = problem.workers
+    if speeds is None:
+        return np.ones(W)
+    try:
+        arr = np.asarray(speeds, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError("speeds", speeds, f"expected {W} positive finite numbers") from None
+    if arr.shape != (W,) or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
+        raise SpecError("speeds", speeds, f"expected {W} positive finite numbers (one per worker)")
+    return arr
+
+
 def compressor_seed(seed=0) -> int:
     """The compressor seed :func:`run` uses for ``seed`` (an int in ``[0, 2^63)``, for references)."""
     _, comp_ss = _seed_sequence(seed).spawn(2)
@@ -359,7 +395,8 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
         steps: int = 100, batch_size: int = 8, *, H: int = 1, outer_lr: float = 1.0,
         outer_momentum: float = 0.0, delayed: bool = False, eval_every: int | None = None,
         seed=0, x0=None, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-        compressor: str | Mapping | CompressorSpec = "none", _provenance: bool = True) -> xr.Dataset:
+        compressor: str | Mapping | CompressorSpec = "none", speeds=None, time_per_step_s: float | None = None,
+        jitter: float | None = None, _provenance: bool = True) -> xr.Dataset:
     """Train ``problem`` and return its curves.
 
     ``method='sync'``: synchronous SGD over the problem's workers, each with a mini-batch of
@@ -369,6 +406,16 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     ``steps`` counts (inner) optimiser steps; ``beta1`` is the momentum coefficient for
     ``momentum`` and Adam's first-moment decay. ``eval_every`` defaults to ``H`` (a multiple of
     ``H`` is required for local SGD). ``x0`` defaults to :meth:`Problem.initial_params`.
+
+    ``method='async'``: asynchronous SGD through a parameter server (``optimizer`` is the
+    server's). Worker ``k`` takes ``time_per_step_s / speeds[k]`` simulated seconds per gradient
+    (``speeds`` defaults to all ones, ``time_per_step_s`` to 1), times a seeded log-normal factor
+    of log-standard-deviation ``jitter`` (default 0; :func:`run_durations`); the server applies
+    each gradient as it arrives and the worker restarts from the new parameters. ``steps``
+    counts server updates (one worker's mini-batch each). The Dataset also has the coordinate
+    ``time_s`` over ``step`` (simulated time of the evaluated update), ``staleness`` over
+    ``step`` (mean over the updates since the previous evaluation; NaN at step 0), and per update
+    (dimension ``update``, 1..steps) ``update_time_s``, ``update_staleness`` and ``update_worker``.
 
     Returns a Dataset over ``step`` (0, eval_every, ...) and ``worker`` with ``loss``,
     ``grad_norm`` (full pooled dataset, global parameters), ``samples`` (examples processed by
@@ -392,8 +439,15 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     eps = _check_float("eps", eps, 0.0, 1.0)
     if not isinstance(delayed, (bool, np.bool_)):
         raise SpecError("delayed", delayed, "expected true or false")
-    if method == "sync" and (H != 1 or outer_lr != 1.0 or outer_momentum != 0.0 or delayed):
+    if method != "local" and (H != 1 or outer_lr != 1.0 or outer_momentum != 0.0 or delayed):
         raise SpecError("method", method, "H, outer_lr, outer_momentum and delayed apply to method='local'")
+    if method != "async" and (speeds is not None or time_per_step_s is not None or jitter is not None):
+        raise SpecError("method", method, "speeds, time_per_step_s and jitter apply to method='async'")
+    if method == "async":
+        speeds = _check_speeds(problem, speeds)
+        time_per_step_s = _check_float("time_per_step_s", 1.0 if time_per_step_s is None else time_per_step_s,
+                                       0.0, 1e12, open_min=True)
+        jitter = _check_float("jitter", 0.0 if jitter is None else jitter, 0.0, 10.0)
     if eval_every is None:
         eval_every = H
     eval_every = _check_int("eval_every", eval_every, 1)
@@ -426,12 +480,21 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     if method == "sync":
         K.run_sync(*args_common, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, eval_every,
                    spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits)
-    else:
+    elif method == "local":
         K.run_local(*args_common, H, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, outer_lr,
                     outer_momentum, bool(delayed), eval_every, spec.code, comp_params,
                     comp_seed, comp_state, x_out, loss, gnorm, bits)
+    else:
+        durations = run_durations(problem, steps, speeds, time_per_step_s, jitter, seed)
+        upd_time = np.empty(steps)
+        upd_stale = np.empty(steps, np.int64)
+        upd_worker = np.empty(steps, np.int64)
+        K.run_async(*args_common, durations, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, eval_every,
+                    spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits,
+                    upd_time, upd_stale, upd_worker)
 
     step = np.arange(n_eval) * eval_every
+    per_step = B if method == "async" else W * B
     ds = xr.Dataset(
         {
             "loss": ("step", loss, {"units": "1", "long_name": "training loss on the pooled dataset"}),
@@ -443,9 +506,20 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
         coords={
             "step": ("step", step, {"units": "1", "long_name": "optimiser steps (inner steps for local SGD)"}),
             "worker": ("worker", np.arange(W), {"units": "1", "long_name": "worker"}),
-            "samples": ("step", step * W * B, {"units": "1", "long_name": "examples processed by all workers (tokens)"}),
+            "samples": ("step", step * per_step, {"units": "1", "long_name": "examples processed by all workers (tokens)"}),
         },
     )
+    if method == "async":
+        ds = ds.assign_coords(
+            time_s=("step", np.concatenate([[0.0], upd_time[eval_every - 1::eval_every]]),
+                    {"units": "s", "long_name": "simulated wall time of the evaluated update"}),
+            update=("update", np.arange(1, steps + 1), {"units": "1", "long_name": "server update"}))
+        ds["staleness"] = ("step", np.concatenate([[np.nan], upd_stale.reshape(-1, eval_every).mean(axis=1)]),
+                           {"units": "1", "long_name": "mean staleness of the updates since the last evaluation"})
+        ds["update_time_s"] = ("update", upd_time, {"units": "s", "long_name": "simulated arrival time"})
+        ds["update_staleness"] = ("update", upd_stale,
+                                  {"units": "1", "long_name": "server updates since the worker read its parameters"})
+        ds["update_worker"] = ("update", upd_worker, {"units": "1", "long_name": "worker whose gradient was applied"})
     if math.isfinite(problem.optimum_loss) and problem.optimum is not None:
         ds["suboptimality"] = ("step", loss - problem.optimum_loss,
                                {"units": "1", "long_name": "loss minus the optimal loss"})
@@ -453,9 +527,11 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
                       batch_size=B, H=H, outer_lr=outer_lr, outer_momentum=outer_momentum,
                       delayed=bool(delayed), eval_every=eval_every, beta1=beta1, beta2=beta2, eps=eps,
                       compressor=_spec_dict(spec))
+    if method == "async":
+        parameters.update(speeds=[float(s) for s in speeds], time_per_step_s=time_per_step_s, jitter=jitter)
     if _provenance:
         ds.attrs.update(provenance(parameters, _seed_attr(seed)))
-    ds.attrs["samples_per_step"] = int(W * B)
+    ds.attrs["samples_per_step"] = int(per_step)
     ds.attrs["optimum_loss"] = float(problem.optimum_loss)
     ds.attrs["compressor"] = spec.name
     ds.attrs["compressor_seed"] = comp_seed

@@ -38,6 +38,11 @@ Distributed loops over ``W`` workers, worker ``k`` drawing mini-batches from its
   rounding of ``x - (x - lr g_k)``). With ``delayed`` the outer step of round ``r`` applies the
   pseudo-gradient of round ``r - 1`` (none in round 0; the last round's is still in flight at the
   end), so its all-reduce overlaps round ``r``'s compute.
+* :func:`run_async`: asynchronous SGD through a parameter server, simulated by an event loop over
+  per-gradient durations (worker ``k``'s ``j``-th gradient on ``batches[j, k]``): each arriving
+  gradient is applied at once (``opt`` is the server's optimiser) and its worker restarts from the
+  new parameters; staleness is the number of server updates between read and apply. Sequential
+  and deterministic; with ``W = 1`` it is :func:`run_sync` bit for bit.
 
 Compression: every message (a gradient or a pseudo-gradient) passes through
 :func:`trainscale.kernels.compress.compress` (``code``, ``params``: the compressor's code and
@@ -356,5 +361,75 @@ def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, ep
         if done % eval_every == 0:
             _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, ework, done // eval_every,
                       loss_out, gnorm_out, sent, bits_out)
+    for j in range(p):
+        x_out[j] = x[j]
+
+
+@njit(cache=True)
+def run_async(kind, hidden, lam, X, y, x0, batches, durations, opt, lr, beta1, beta2, eps, eval_every,
+              comp_code, comp_params, comp_seed, comp_state, x_out, loss_out, gnorm_out, bits_out,
+              time_out, stale_out, worker_out):
+    """Asynchronous SGD (parameter server), event-driven, for ``batches.shape[0]`` server updates.
+
+    ``W = batches.shape[1]`` workers; worker ``k``'s ``j``-th gradient (``j`` from 0) uses
+    ``batches[j, k]`` and takes ``durations[j, k]`` simulated seconds (``float64[steps, W]``,
+    > 0). At time 0 every worker reads the parameters and starts its first gradient. Events
+    are processed in order of finish time, ties to the lower worker index: the server applies
+    the arriving (compressed) gradient as update ``u`` (from 0; optimiser step ``u + 1``), and
+    the worker at once reads the new parameters and starts its next gradient (none after the
+    last update). The gradient is computed on the parameters read at the start; staleness of
+    update ``u`` is ``u`` minus the number of updates applied when its worker read them.
+    Compression as :func:`run_sync`, applied when the message is sent, with key
+    ``call_key(comp_seed, k, j)``. Sequential (no ``prange``), hence deterministic.
+
+    Outputs as :func:`run_sync` (evaluations after updates ``0, eval_every, ...``), plus per update
+    ``u``: ``time_out[u]`` (arrival time), ``stale_out[u]`` and ``worker_out[u]``.
+    With ``W = 1`` this is :func:`run_sync` with one worker, bit for bit.
+    """
+    steps = batches.shape[0]
+    W = batches.shape[1]
+    p = x0.shape[0]
+    n = X.shape[0]
+    hw = max(hidden, 1)
+    x = np.empty(p)
+    m = np.zeros(p)
+    v = np.zeros(p)
+    gbuf = np.empty(p)
+    for j in range(p):
+        x[j] = x0[j]
+    G = np.empty((W, p))
+    Cm = np.empty((W, p))
+    work = np.empty(hw)
+    sent = np.zeros(W)
+    finish = np.empty(W)
+    read_ver = np.zeros(W, np.int64)
+    count = np.zeros(W, np.int64)
+    all_idx = np.arange(n)
+    _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, work, 0, loss_out, gnorm_out, sent, bits_out)
+    for k in range(W):
+        batch_grad(kind, hidden, lam, x, X, y, batches[0, k], G[k], work)
+        finish[k] = durations[0, k]
+        count[k] = 1
+    for u in range(steps):
+        k = 0
+        for q in range(1, W):
+            if finish[q] < finish[k]:
+                k = q
+        now = finish[k]
+        key = call_key(comp_seed, k, count[k] - 1)
+        sent[k] += compress(comp_code, G[k], Cm[k], comp_state[k], comp_params, key)
+        opt_update(opt, lr, beta1, beta2, eps, u + 1, x, Cm[k], m, v)
+        time_out[u] = now
+        stale_out[u] = u - read_ver[k]
+        worker_out[u] = k
+        if (u + 1) % eval_every == 0:
+            _evaluate(kind, hidden, lam, x, X, y, all_idx, gbuf, work, (u + 1) // eval_every,
+                      loss_out, gnorm_out, sent, bits_out)
+        if u + 1 < steps:
+            j = count[k]
+            batch_grad(kind, hidden, lam, x, X, y, batches[j, k], G[k], work)
+            read_ver[k] = u + 1
+            finish[k] = now + durations[j, k]
+            count[k] = j + 1
     for j in range(p):
         x_out[j] = x[j]

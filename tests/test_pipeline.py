@@ -370,7 +370,7 @@ def test_simulated_step_equals_closed_form_where_it_is_exact(pp, v, micro):
     model, system = resolve_model("gpt3-175b"), resolve_system("dgx-a100-80gb")
     plan = perfmodel.PlanSpec(tp=8, pp=pp, dp=1, interleave=v, micro_batch=1, global_batch=micro)
     calib = perfmodel.calibration_vector(system.generation)
-    out = perfmodel._costs(model, system, plan, calib)
+    out = perfmodel.plan_vector(model, system, plan, calib)
     for slot in (KL.O_HEAD_FWD, KL.O_HEAD_BWD, KL.O_ENDS, KL.O_P2P):
         out[slot] = 0.0
     per_device = model.layers // pp * (out[KL.O_LAYER_FWD] + out[KL.O_LAYER_BWD])

@@ -39,7 +39,7 @@ from . import perfmodel
 from .kernels import layout as K
 from .kernels import planner
 from .kernels.collectives import allgather_time
-from .kernels.plan import BYTES, OPTIMIZER_BYTES_PER_PARAM, layer_costs
+from .kernels.plan import BYTES, OPTIMIZER_BYTES_PER_PARAM, layer_costs, layer_fwd_bwd
 from .specs import RECOMPUTE_MODES, ModelSpec, SpecError, SystemSpec, resolve_model, resolve_system
 
 GiB = 2.0**30
@@ -176,8 +176,7 @@ def group_costs(model: ModelSpec, system: SystemSpec, micro_batch: int = 1, reco
     calib = perfmodel.calibration_vector(system.generation)
     lc = np.empty(K.L_SIZE)
     layer_costs(mvec, svec, calib, t, 1, micro_batch, RECOMPUTE_MODES.index(recompute), True, flash_attention, lc)
-    layer_fwd = lc[K.L_FWD_GEMM] + lc[K.L_FWD_ELEM] + lc[K.L_FWD_TP]
-    layer_bwd = lc[K.L_BWD_GEMM] + lc[K.L_BWD_ELEM] + lc[K.L_BWD_TP] + lc[K.L_RECOMP] + lc[K.L_RECOMP_TP]
+    layer_fwd, layer_bwd = layer_fwd_bwd(lc)
     return GroupCosts(
         tp=t, layer_fwd_s=layer_fwd, layer_bwd_s=layer_bwd, head_fwd_s=lc[K.L_HEAD_FWD],
         head_bwd_s=lc[K.L_HEAD_BWD],

@@ -147,7 +147,8 @@ class Prediction:
         return out
 
 
-def _costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
+def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
+    """The kernel's result vector (layout ``O_*``) of one plan, pipeline in closed form."""
     mvec, svec = model_vector(model), system_vector(system)
     (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)
@@ -240,7 +241,7 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
     calib = calibration_vector(run.system.generation, calibration)
-    out = _costs(run.model, run.system, run.plan, calib)
+    out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
         simulate_pipeline(out, run.model, run.plan, calib, run.system)
     return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch)
@@ -425,5 +426,5 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
 
 
 __all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
-           "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size",
+           "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry"]

@@ -165,7 +165,7 @@ def pipeline_stage_times(model, system, pp: int, tp: int = 8, interleave: int = 
                     recompute=recompute, sequence_parallel=tp > 1, flash_attention=flash_attention)
     plan.check_against(model)
     calib = perfmodel.calibration_vector(system.generation)
-    out = perfmodel._costs(model, system, plan, calib)
+    out = perfmodel.plan_vector(model, system, plan, calib)
     lc = np.empty(K.L_SIZE)
     layer_costs(perfmodel.model_vector(model), perfmodel.system_vector(system), calib, tp, 1, micro_batch,
                 RECOMPUTE_MODES.index(recompute), tp > 1, flash_attention, lc)

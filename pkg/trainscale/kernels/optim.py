@@ -267,15 +267,11 @@ def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, e
     p = x0.shape[0]
     n = X.shape[0]
     hw = max(hidden, 1)
-    x = np.empty(p)
-    m = np.empty(p)
-    v = np.empty(p)
+    x = x0.copy()
+    m = np.zeros(p)
+    v = np.zeros(p)
     g = np.empty(p)
     gbuf = np.empty(p)
-    for j in range(p):
-        x[j] = x0[j]
-        m[j] = 0.0
-        v[j] = 0.0
     G = np.empty((W, p))
     C = np.empty((W, p))
     work = np.empty((W, hw))
@@ -314,14 +310,12 @@ def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, ep
     n = X.shape[0]
     hw = max(hidden, 1)
     rounds = steps // H
-    x = np.empty(p)
+    x = x0.copy()
     u = np.zeros(p)
     delta = np.empty(p)
     prev = np.zeros(p)
     apply = np.empty(p)
     gbuf = np.empty(p)
-    for j in range(p):
-        x[j] = x0[j]
     XW = np.empty((W, p))
     G = np.empty((W, p))
     M = np.zeros((W, p))
@@ -391,12 +385,10 @@ def run_async(kind, hidden, lam, X, y, x0, batches, durations, opt, lr, beta1, b
     p = x0.shape[0]
     n = X.shape[0]
     hw = max(hidden, 1)
-    x = np.empty(p)
+    x = x0.copy()
     m = np.zeros(p)
     v = np.zeros(p)
     gbuf = np.empty(p)
-    for j in range(p):
-        x[j] = x0[j]
     G = np.empty((W, p))
     Cm = np.empty((W, p))
     work = np.empty(hw)

@@ -191,6 +191,15 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
 
 
 @njit(cache=True)
+def layer_fwd_bwd(lc):
+    """(forward, backward) seconds of one layer and micro-batch from its costs ``lc``: the backward
+    includes the recomputation and its tensor-parallel communication."""
+    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP]
+    bwd = lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP]
+    return fwd, bwd
+
+
+@njit(cache=True)
 def power_draw(idle_w, tdp_w, compute_share, memory_share, gemm_busy_s, hbm_busy_s, step_s):
     """Accelerator power: idle plus dynamic power in proportion to the time the tensor cores and
     HBM are busy, ``P = P_idle + (P_TDP - P_idle) min(1, a_c t_GEMM / T + a_m t_HBM / T)``."""
@@ -451,8 +460,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
 
     # stage description for a pipeline simulation: forward and backward of one layer, with the
     # exposed CP / ZeRO-3 communication split between them in proportion to their work
-    fwd_l = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP]
-    bwd_l = lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + recomp_l + lc[L_RECOMP_TP]
+    fwd_l, bwd_l = layer_fwd_bwd(lc)
     share = fwd_l / (fwd_l + bwd_l)
     out[O_LAYER_FWD] = fwd_l + (cp_l + z3_l) * share
     out[O_LAYER_BWD] = bwd_l + (cp_l + z3_l) * (1.0 - share)

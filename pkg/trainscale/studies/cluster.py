@@ -18,10 +18,10 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from . import perfmodel
-from .io import provenance
-from .kernels.collectives import allreduce_time
-from .specs import RECOMPUTE_MODES, SpecError, resolve_model, resolve_system
+from .. import perfmodel
+from ..io import provenance
+from ..kernels.collectives import allreduce_time
+from ..specs import RECOMPUTE_MODES, SpecError, resolve_model, resolve_system
 
 STRATEGIES = ("fsdp", "hsdp", "tp-pp")
 
@@ -156,9 +156,9 @@ def pipeline_stage_times(model, system, pp: int, tp: int = 8, interleave: int = 
     time (the attention core has no weights), which is what ZB-H1 may defer; the other schedules
     run backward as one pass (``bwd + wgrad``).
     """
-    from .kernels import layout as K
-    from .kernels.plan import chunk_layers, layer_costs
-    from .specs import PlanSpec
+    from ..kernels import layout as K
+    from ..kernels.plan import chunk_layers, layer_costs
+    from ..specs import PlanSpec
 
     model, system = resolve_model(model), resolve_system(system)
     plan = PlanSpec(tp=tp, pp=pp, dp=1, interleave=interleave, micro_batch=micro_batch, global_batch=micro_batch * pp,
@@ -191,7 +191,7 @@ def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp:
     """Throughput and peak activation memory of GPipe, 1F1B, interleaved 1F1B and ZB-H1 for one
     model on a ``pp``-stage pipeline of ``tp``-way tensor-parallel nodes, by micro-batch count;
     and the timeline of each schedule at ``gantt_micro_batches`` (for Gantt charts)."""
-    from . import pipeline
+    from .. import pipeline
 
     model, system = resolve_model(model), resolve_system(system)
     for m in micro_batches:
@@ -250,7 +250,7 @@ def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp:
 
 
 def _single_group(system, nodes: int, scale_out_GBps_per_node: float):
-    from . import hetero
+    from .. import hetero
 
     base = resolve_system(system)
     sys_over = {"name": base.name, "scale_out_GBps_per_gpu": scale_out_GBps_per_node / base.gpus_per_node}
@@ -262,7 +262,7 @@ def pipeline_planner(model, system, nodes: int, global_batch: int, network_GBps_
     """DAPPLE's question on servers with fast links inside and a slow network between: the
     planner's best replicas x stages x layer split vs data parallelism alone (one node per replica,
     if the model fits) and vs one pipeline over all nodes with layers split evenly."""
-    from . import hetero
+    from .. import hetero
 
     model = resolve_model(model)
     names = ("planner", "data-parallel", "even-pipeline")
@@ -300,7 +300,7 @@ def heterogeneous_mix(model, systems: Sequence[str], total_nodes: int, fractions
 
     A part that cannot hold the model on its own trains nothing alone: it adds 0 to the sum (and
     ``alone_fits`` says so), so the mixed cluster can then exceed the sum of its parts."""
-    from . import hetero
+    from .. import hetero
 
     if len(systems) != 2:
         raise SpecError("systems", list(systems), "expected exactly two systems")

@@ -60,6 +60,7 @@ __all__ = [
     "fit_critical_batch",
     "gradient_noise_scale",
     "make_problem",
+    "region_assignment",
     "run",
     "run_batches",
     "run_durations",
@@ -69,7 +70,8 @@ __all__ = [
 
 KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
 OPTIMIZERS = {"sgd": K.SGD, "momentum": K.MOMENTUM, "adam": K.ADAM}
-METHODS = ("sync", "local", "async")
+METHODS = ("sync", "local", "async", "async_local", "hierarchical", "ist")
+_EVENT_METHODS = ("async", "async_local", "hierarchical")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +398,9 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
         outer_momentum: float = 0.0, delayed: bool = False, eval_every: int | None = None,
         seed=0, x0=None, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
         compressor: str | Mapping | CompressorSpec = "none", speeds=None, time_per_step_s: float | None = None,
-        jitter: float | None = None, _provenance: bool = True) -> xr.Dataset:
+        jitter: float | None = None, worker_comm_s=None, regions=None, updates_per_push: int | None = None,
+        region_comm_s=None, global_lr: float = 1.0, global_momentum: float = 0.0, merge_weight: float = 1.0,
+        full_batch: bool = False, _provenance: bool = True) -> xr.Dataset:
     """Train ``problem`` and return its curves.
 
     ``method='sync'``: synchronous SGD over the problem's workers, each with a mini-batch of
@@ -406,16 +410,40 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     ``steps`` counts (inner) optimiser steps; ``beta1`` is the momentum coefficient for
     ``momentum`` and Adam's first-moment decay. ``eval_every`` defaults to ``H`` (a multiple of
     ``H`` is required for local SGD). ``x0`` defaults to :meth:`Problem.initial_params`.
+    ``full_batch=True`` (sync, local and ist; equal shards) makes every worker use its whole
+    shard at every step instead of ``batch_size`` examples drawn with replacement.
 
-    ``method='async'``: asynchronous SGD through a parameter server (``optimizer`` is the
-    server's). Worker ``k`` takes ``time_per_step_s / speeds[k]`` simulated seconds per gradient
-    (``speeds`` defaults to all ones, ``time_per_step_s`` to 1), times a seeded log-normal factor
-    of log-standard-deviation ``jitter`` (default 0; :func:`run_durations`); the server applies
-    each gradient as it arrives and the worker restarts from the new parameters. ``steps``
-    counts server updates (one worker's mini-batch each). The Dataset also has the coordinate
-    ``time_s`` over ``step`` (simulated time of the evaluated update), ``staleness`` over
-    ``step`` (mean over the updates since the previous evaluation; NaN at step 0), and per update
-    (dimension ``update``, 1..steps) ``update_time_s``, ``update_staleness`` and ``update_worker``.
+    ``method='ist'``: independent subnetwork training with permutation sketches
+    (:func:`trainscale.kernels.optim.run_ist`; plain SGD steps of ``lr``); the coordinates' split
+    at step ``s`` is keyed by ``(compressor_seed(seed), 0, s)``.
+
+    Event-driven methods (simulated time; ``speeds``, ``time_per_step_s`` and ``jitter`` set the
+    durations as in :func:`run_durations`, default 1 s per gradient for every worker):
+
+    * ``'async'``: asynchronous SGD through a parameter server (``optimizer`` is the server's).
+      Worker ``k`` takes ``time_per_step_s / speeds[k]`` simulated seconds per gradient, times a
+      seeded log-normal factor of log-standard-deviation ``jitter``; the server applies each
+      gradient as it arrives and the worker restarts from the new parameters. ``steps`` counts
+      server updates (one worker's mini-batch each).
+    * ``'async_local'``: asynchronous local SGD: every worker runs ``H`` inner steps of
+      ``optimizer`` and sends its pseudo-gradient to one server, which applies an outer Nesterov
+      step (``outer_lr``, ``outer_momentum``) at once; ``worker_comm_s`` (one number, or one per
+      worker) is the one-way time between a worker and the server.
+    * ``'hierarchical'``: HALoS (Kim et al. 2025): workers in ``regions`` (a count, splitting the
+      workers into equal consecutive groups, or a region index per worker) send to their
+      region's server (``worker_comm_s`` away), which applies the outer step and, every
+      ``updates_per_push`` worker updates, pushes what it accumulated to a global server
+      ``region_comm_s`` away (one number or one per region); the global server applies its own
+      Nesterov step (``global_lr``, ``global_momentum``) and returns its model, which the region
+      merges with weight ``merge_weight``. Loss and gradient norm are the global model's.
+      See :func:`trainscale.kernels.optim.hierarchical_schedule` and ``run_hierarchical``.
+
+    For ``async_local`` and ``hierarchical`` ``steps`` counts worker messages (``H`` inner steps
+    each) and ``eval_every`` defaults to 1. Event-driven Datasets also have the coordinate
+    ``time_s`` over ``step`` (simulated time of the evaluated update), ``staleness`` over ``step``
+    (mean over the updates since the previous evaluation; NaN at step 0), and per update
+    (dimension ``update``, 1..steps) ``update_time_s``, ``update_staleness`` and
+    ``update_worker``; ``hierarchical`` adds ``region_bits_sent`` over ``region``.
 
     Returns a Dataset over ``step`` (0, eval_every, ...) and ``worker`` with ``loss``,
     ``grad_norm`` (full pooled dataset, global parameters), ``samples`` (examples processed by
@@ -437,19 +465,36 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     beta1 = _check_float("beta1", beta1, 0.0, 1.0, open_max=True)
     beta2 = _check_float("beta2", beta2, 0.0, 1.0, open_max=True)
     eps = _check_float("eps", eps, 0.0, 1.0)
-    if not isinstance(delayed, (bool, np.bool_)):
-        raise SpecError("delayed", delayed, "expected true or false")
-    if method != "local" and (H != 1 or outer_lr != 1.0 or outer_momentum != 0.0 or delayed):
-        raise SpecError("method", method, "H, outer_lr, outer_momentum and delayed apply to method='local'")
-    if method != "async" and (speeds is not None or time_per_step_s is not None or jitter is not None):
-        raise SpecError("method", method, "speeds, time_per_step_s and jitter apply to method='async'")
-    if method == "async":
+    for name, flag in (("delayed", delayed), ("full_batch", full_batch)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise SpecError(name, flag, "expected true or false")
+    local_like = ("local", "async_local", "hierarchical")
+    if method not in local_like and (H != 1 or outer_lr != 1.0 or outer_momentum != 0.0):
+        raise SpecError("method", method, "H, outer_lr and outer_momentum apply to methods "
+                        + ", ".join(local_like))
+    if method != "local" and delayed:
+        raise SpecError("method", method, "delayed applies to method='local'")
+    if method not in _EVENT_METHODS and (speeds is not None or time_per_step_s is not None or jitter is not None):
+        raise SpecError("method", method, "speeds, time_per_step_s and jitter apply to methods "
+                        + ", ".join(_EVENT_METHODS))
+    if method not in ("async_local", "hierarchical") and worker_comm_s is not None:
+        raise SpecError("method", method, "worker_comm_s applies to methods async_local and hierarchical")
+    if method != "hierarchical" and (regions is not None or updates_per_push is not None or region_comm_s is not None
+                                     or global_lr != 1.0 or global_momentum != 0.0 or merge_weight != 1.0):
+        raise SpecError("method", method, "regions, updates_per_push, region_comm_s, global_lr, global_momentum "
+                        "and merge_weight apply to method='hierarchical'")
+    if full_batch and method not in ("sync", "local", "ist"):
+        raise SpecError("full_batch", full_batch, "full_batch applies to methods sync, local and ist")
+    if method == "ist" and (optimizer != "sgd" or spec.code != 0):
+        raise SpecError("method", method, "ist takes plain SGD steps (optimizer='sgd') and no compressor "
+                        "(its sub-model split is the compression)")
+    if method in _EVENT_METHODS:
         speeds = _check_speeds(problem, speeds)
         time_per_step_s = _check_float("time_per_step_s", 1.0 if time_per_step_s is None else time_per_step_s,
                                        0.0, 1e12, open_min=True)
         jitter = _check_float("jitter", 0.0 if jitter is None else jitter, 0.0, 10.0)
     if eval_every is None:
-        eval_every = H
+        eval_every = H if method == "local" else 1
     eval_every = _check_int("eval_every", eval_every, 1)
     if steps % eval_every:
         raise SpecError("steps", steps, f"expected a multiple of eval_every = {eval_every}")
@@ -465,7 +510,6 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     comp_params = spec.params(p)  # validates k, rank, rows against p
     W = problem.workers
     batch_ss, _ = _seed_sequence(seed).spawn(2)
-    batches = draw_batches(problem, steps, B, batch_ss)
     comp_seed = compressor_seed(seed)
     comp_state = np.zeros((W, spec.state_size(p)))
     for k in range(W):
@@ -476,25 +520,40 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
     gnorm = np.empty(n_eval)
     bits = np.empty((n_eval, W))
     x_out = np.empty(p)
-    args_common = (problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches)
-    if method == "sync":
-        K.run_sync(*args_common, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, eval_every,
-                   spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits)
-    elif method == "local":
-        K.run_local(*args_common, H, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, outer_lr,
-                    outer_momentum, bool(delayed), eval_every, spec.code, comp_params,
-                    comp_seed, comp_state, x_out, loss, gnorm, bits)
+    opt = OPTIMIZERS[optimizer]
+    extra = {}
+    if method in ("sync", "local", "ist"):
+        batches = _full_batches(problem, steps) if full_batch else draw_batches(problem, steps, B, batch_ss)
+        B = batches.shape[2]
+        args_common = (problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches)
+        if method == "sync":
+            K.run_sync(*args_common, opt, lr, beta1, beta2, eps, eval_every,
+                       spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits)
+        elif method == "local":
+            K.run_local(*args_common, H, opt, lr, beta1, beta2, eps, outer_lr,
+                        outer_momentum, bool(delayed), eval_every, spec.code, comp_params,
+                        comp_seed, comp_state, x_out, loss, gnorm, bits)
+        else:
+            K.run_ist(*args_common, lr, eval_every, comp_seed, x_out, loss, gnorm, bits)
     else:
-        durations = run_durations(problem, steps, speeds, time_per_step_s, jitter, seed)
         upd_time = np.empty(steps)
         upd_stale = np.empty(steps, np.int64)
         upd_worker = np.empty(steps, np.int64)
-        K.run_async(*args_common, durations, OPTIMIZERS[optimizer], lr, beta1, beta2, eps, eval_every,
-                    spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits,
-                    upd_time, upd_stale, upd_worker)
+        if method == "async":
+            batches = draw_batches(problem, steps, B, batch_ss)
+            durations = run_durations(problem, steps, speeds, time_per_step_s, jitter, seed)
+            K.run_async(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches, durations,
+                        opt, lr, beta1, beta2, eps, eval_every, spec.code, comp_params, comp_seed, comp_state,
+                        x_out, loss, gnorm, bits, upd_time, upd_stale, upd_worker)
+        else:
+            extra = _run_local_async(problem, method, steps, B, H, speeds, time_per_step_s, jitter, seed,
+                                     batch_ss, worker_comm_s, regions, updates_per_push, region_comm_s,
+                                     x0, opt, lr, beta1, beta2, eps, outer_lr, outer_momentum, global_lr,
+                                     global_momentum, merge_weight, eval_every, spec, comp_params, comp_seed,
+                                     comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale, upd_worker)
 
     step = np.arange(n_eval) * eval_every
-    per_step = B if method == "async" else W * B
+    per_step = {"sync": W * B, "local": W * B, "ist": W * B, "async": B}.get(method, H * B)
     ds = xr.Dataset(
         {
             "loss": ("step", loss, {"units": "1", "long_name": "training loss on the pooled dataset"}),
@@ -504,12 +563,12 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
             "params": ("param", x_out, {"units": "1", "long_name": "final global parameters"}),
         },
         coords={
-            "step": ("step", step, {"units": "1", "long_name": "optimiser steps (inner steps for local SGD)"}),
+            "step": ("step", step, {"units": "1", "long_name": _STEP_NAMES[method]}),
             "worker": ("worker", np.arange(W), {"units": "1", "long_name": "worker"}),
             "samples": ("step", step * per_step, {"units": "1", "long_name": "examples processed by all workers (tokens)"}),
         },
     )
-    if method == "async":
+    if method in _EVENT_METHODS:
         ds = ds.assign_coords(
             time_s=("step", np.concatenate([[0.0], upd_time[eval_every - 1::eval_every]]),
                     {"units": "s", "long_name": "simulated wall time of the evaluated update"}),
@@ -519,23 +578,123 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
         ds["update_time_s"] = ("update", upd_time, {"units": "s", "long_name": "simulated arrival time"})
         ds["update_staleness"] = ("update", upd_stale,
                                   {"units": "1", "long_name": "server updates since the worker read its parameters"})
-        ds["update_worker"] = ("update", upd_worker, {"units": "1", "long_name": "worker whose gradient was applied"})
+        ds["update_worker"] = ("update", upd_worker, {"units": "1", "long_name": "worker whose update was applied"})
+    if "region_bits" in extra:
+        ds["region_bits_sent"] = ("region", extra["region_bits"],
+                                  {"units": "bit", "long_name": "bits each region sent to the global server"})
+        ds["region_of_worker"] = ("worker", extra["region_of"], {"units": "1", "long_name": "region of each worker"})
     if math.isfinite(problem.optimum_loss) and problem.optimum is not None:
         ds["suboptimality"] = ("step", loss - problem.optimum_loss,
                                {"units": "1", "long_name": "loss minus the optimal loss"})
     parameters = dict(problem=problem.parameters, method=method, optimizer=optimizer, lr=lr, steps=steps,
                       batch_size=B, H=H, outer_lr=outer_lr, outer_momentum=outer_momentum,
                       delayed=bool(delayed), eval_every=eval_every, beta1=beta1, beta2=beta2, eps=eps,
-                      compressor=_spec_dict(spec))
-    if method == "async":
+                      compressor=_spec_dict(spec), full_batch=bool(full_batch))
+    if method in _EVENT_METHODS:
         parameters.update(speeds=[float(s) for s in speeds], time_per_step_s=time_per_step_s, jitter=jitter)
+    parameters.update(extra.get("parameters", {}))
     if _provenance:
         ds.attrs.update(provenance(parameters, _seed_attr(seed)))
+    ds.attrs["method"] = method
     ds.attrs["samples_per_step"] = int(per_step)
+    ds.attrs["inner_steps_per_message"] = int(H)
     ds.attrs["optimum_loss"] = float(problem.optimum_loss)
     ds.attrs["compressor"] = spec.name
     ds.attrs["compressor_seed"] = comp_seed
     return ds
+
+
+_STEP_NAMES = {
+    "sync": "optimiser steps",
+    "local": "inner optimiser steps",
+    "ist": "optimiser steps",
+    "async": "server updates",
+    "async_local": "worker messages (H inner steps each)",
+    "hierarchical": "worker messages (H inner steps each)",
+}
+
+
+def _full_batches(problem: Problem, steps: int) -> np.ndarray:
+    """``int64[steps, W, n_k]``: every worker's whole shard at every step (equal shards required)."""
+    sizes = np.diff(problem.shard_offsets)
+    if np.any(sizes != sizes[0]):
+        raise SpecError("full_batch", True, f"needs equal shards; shard sizes are {sorted(set(sizes.tolist()))} "
+                        f"(choose n_samples divisible by workers = {problem.workers})")
+    shards = np.stack([np.arange(problem.shard(k).start, problem.shard(k).stop) for k in range(problem.workers)])
+    return np.ascontiguousarray(np.broadcast_to(shards, (steps, *shards.shape)))
+
+
+def _per_entity(name: str, value, n: int, what: str) -> np.ndarray:
+    """One non-negative finite number, or ``n`` of them (one per ``what``)."""
+    try:
+        arr = np.asarray(0.0 if value is None else value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SpecError(name, value, f"expected a non-negative number or {n} of them (one per {what})") from None
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise SpecError(name, value, f"expected a non-negative number or {n} of them (one per {what})")
+    return arr
+
+
+def region_assignment(workers: int, regions) -> np.ndarray:
+    """Region index of each worker: ``regions`` an int (equal consecutive groups) or a list."""
+    if isinstance(regions, (int, np.integer)) and not isinstance(regions, bool):
+        R = _check_int("regions", regions, 1, workers)
+        if workers % R:
+            raise SpecError("regions", regions, f"expected a divisor of workers = {workers}, or one region index per worker")
+        return np.repeat(np.arange(R), workers // R).astype(np.int64)
+    try:
+        arr = np.asarray(regions)
+    except (TypeError, ValueError):
+        arr = np.empty(0)
+    if arr.shape != (workers,) or arr.dtype.kind not in "iu" or arr.min() < 0 \
+            or set(arr.tolist()) != set(range(int(arr.max()) + 1)):
+        raise SpecError("regions", regions, f"expected a region count or {workers} region indices 0..R-1, "
+                        "every region used")
+    return arr.astype(np.int64)
+
+
+def _run_local_async(problem, method, steps, B, H, speeds, time_per_step_s, jitter, seed, batch_ss,
+                     worker_comm_s, regions, updates_per_push, region_comm_s, x0, opt, lr, beta1, beta2, eps,
+                     outer_lr, outer_momentum, global_lr, global_momentum, merge_weight, eval_every, spec,
+                     comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale,
+                     upd_worker) -> dict:
+    """Schedule (timing only) then replay (numbers) for ``async_local`` and ``hierarchical``."""
+    W = problem.workers
+    flat = method == "async_local"
+    worker_comm = _per_entity("worker_comm_s", worker_comm_s, W, "worker")
+    if flat:
+        region_of = np.zeros(W, np.int64)
+        R, K_push = 1, 0
+        region_comm = np.zeros(1)
+    else:
+        region_of = region_assignment(W, 1 if regions is None else regions)
+        R = int(region_of.max()) + 1
+        K_push = _check_int("updates_per_push", 1 if updates_per_push is None else updates_per_push, 1)
+        region_comm = _per_entity("region_comm_s", region_comm_s, R, "region")
+        global_lr = _check_float("global_lr", global_lr, 0.0, 1e6, open_min=True)
+        global_momentum = _check_float("global_momentum", global_momentum, 0.0, 1.0, open_max=True)
+        merge_weight = _check_float("merge_weight", merge_weight, 0.0, 1.0)
+    per_step = run_durations(problem, steps * H, speeds, time_per_step_s, jitter, seed)
+    durations = np.ascontiguousarray(per_step.reshape(steps, H, W).sum(axis=1))
+    ev_kind, ev_who, ev_round, ev_time = K.hierarchical_schedule(durations, worker_comm, region_of, region_comm,
+                                                                 K_push, steps)
+    rounds = int(ev_round.max()) + 1
+    batches = draw_batches(problem, rounds * H, B, batch_ss)
+    region_bits = np.zeros(R)
+    K.run_hierarchical(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches, ev_kind,
+                       ev_who, ev_round, ev_time, region_of, R, flat, H, opt, lr, beta1, beta2, eps, outer_lr,
+                       outer_momentum, global_lr, global_momentum, merge_weight, eval_every, spec.code,
+                       comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale,
+                       upd_worker, region_bits)
+    parameters = dict(worker_comm_s=worker_comm.tolist())
+    out = {"parameters": parameters}
+    if not flat:
+        parameters.update(regions=region_of.tolist(), updates_per_push=K_push, region_comm_s=region_comm.tolist(),
+                          global_lr=global_lr, global_momentum=global_momentum, merge_weight=merge_weight)
+        out.update(region_bits=region_bits, region_of=region_of)
+    return out
 
 
 def steps_to_target(ds: xr.Dataset, target: float, var: str = "loss") -> float:

@@ -82,12 +82,12 @@ def vtrain_files(wildcards):
 
 
 def all_study_outputs():
-    """Outputs of every study in the config (each must have its own step in studies.smk)."""
+    """Outputs of every study in the config (each must have its own step in rules/*.smk)."""
     missing = [s for s in config["studies"] if not rules.has(rule_name(s))]
     if missing:
         raise WorkflowError(
             "these studies in config/config.yaml have no workflow step of the same name "
-            "(hyphens as underscores) in workflow/rules/studies.smk - "
+            "(hyphens as underscores) in workflow/rules/*.smk - "
             + ", ".join(f"{s} needs {rule_name(s)}" for s in missing)
         )
     return [f for s in config["studies"] for f in getattr(rules, rule_name(s)).output]

@@ -1,0 +1,325 @@
+r"""Geo-distributed pipeline training over slow links, after FusionLLM.
+
+Tang et al., "FusionLLM: A Decentralized LLM Training System on Geo-distributed GPUs with Adaptive
+Compression" (arXiv 2410.12707) train one model as a pipeline across sites joined by links from
+8 Mb/s to 10 Gb/s: they place the stages by the links' bandwidth and compress (top-k) what crosses
+the slowest links, and report 1.45–9.39× the throughput of uncompressed baselines on 48 GPUs.
+
+The study here:
+
+* **Sites and links.** ``sites`` sites of ``gpus_per_site`` GPUs (one node of ``system``); each
+  site holds one pipeline stage of ``model``, tensor-parallel over its GPUs. Every pair of sites
+  has a link (symmetric, latency ``latency_s``). For a *regime* of slowest bandwidth ``b`` (Gb/s,
+  the ``bandwidth`` coordinate) and a seeded draw ``u`` (uniform, one per site pair, shared by all
+  regimes), the links are ``b * 10 ** (spread_decades * u')`` with ``u'`` the draw rescaled to
+  [0, 1] (so the slowest link is exactly ``b``), capped at ``max_Gbps``.
+* **Stage costs** come from the performance model (:func:`trainscale.studies.cluster.pipeline_stage_times`:
+  forward, backward and weight-gradient time of one micro-batch on each stage).
+* **Messages.** A boundary carries one micro-batch's activations forward and their gradients
+  backward, each ``micro_batch * seq_len * hidden * 2`` bytes (bf16). Top-k compression with keep
+  fraction ``r`` sends ``k (32 + ceil(log2 d))`` bits (``d`` the message's entries,
+  ``k = round(r d)``; :meth:`trainscale.compression.CompressorSpec.nominal_bits`).
+* **Links as resources.** The pipeline simulator (:func:`trainscale.pipeline.simulate_many`,
+  1F1B) treats ``send`` as a pure delay, which would let a slow link carry any number of messages
+  at once. Here each WAN link is a *relay* pseudo-device inserted between the two stages it
+  joins: its forward op is the activation's serialisation time ``S / B`` and its backward op the
+  gradient's (:func:`trainscale.wallclock.transfer_time_s` with zero latency), so a link carries one
+  message at a time, activations and gradients sharing it (half-duplex); the link's latency is
+  the simulator's ``send`` delay from the relay to the next stage. The 1F1B warm-up counts the
+  relays as devices, so more micro-batches are in flight over slow links (activation memory is
+  not checked).
+* **Approaches** (``approach``): ``baseline`` (stages in site order, no compression),
+  ``compression`` (site order, adaptive compression), ``placement`` (the best of all
+  ``sites!`` orders, exact search, no compression) and ``placement+compression`` (the best order
+  with adaptive compression). *Adaptive*: a link is compressed only if its occupancy per
+  micro-batch (activation + gradient, ``2 S / B``) exceeds the slowest stage's compute per
+  micro-batch (``fwd + bwd + wgrad``); it then takes the mildest keep fraction of
+  ``keep_fractions`` that brings it under, or the strongest if none does.
+* **Throughput**: tokens of the ``micro_batches`` micro-batches over the simulated makespan;
+  ``speedup``: over ``baseline``.
+
+The statistical cost (:func:`compression_convergence`): error-feedback top-k at the same keep
+fractions on a synthetic ``two_layer`` regression (the convergence layer compresses gradients of
+data-parallel workers; compressed activations are not modelled, so this is a proxy), steps to a
+target loss relative to the uncompressed run. :func:`add_time_to_target` divides each throughput
+speedup by the steps ratio of the strongest keep fraction its pipeline uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import convergence, pipeline, wallclock
+from ..compression import CompressorSpec
+from ..io import provenance
+from ..specs import SpecError, resolve_model, resolve_system
+from .cluster import pipeline_stage_times
+
+APPROACHES = ("baseline", "compression", "placement", "placement+compression")
+MIN_Gbps, MAX_Gbps = 0.008, 10.0  # the paper's range of links
+
+
+def _check_int(field, value, minimum, maximum=None):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum or (
+            maximum is not None and value > maximum):
+        raise SpecError(field, value, f"expected an integer in [{minimum}, {maximum if maximum else 'inf'}]")
+    return int(value)
+
+
+def _check_float(field, value, minimum, maximum=math.inf, open_min=False):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(field, value, f"expected a number in {'(' if open_min else '['}{minimum}, {maximum}]") from None
+    if isinstance(value, bool) or not math.isfinite(v) or v < minimum or (open_min and v == minimum) or v > maximum:
+        raise SpecError(field, value, f"expected a finite number in {'(' if open_min else '['}{minimum}, {maximum}]")
+    return v
+
+
+def _check_keep(keep_fractions) -> list[float]:
+    try:
+        keep = [float(k) for k in keep_fractions]
+    except (TypeError, ValueError):
+        raise SpecError("keep_fractions", keep_fractions, "expected a list of numbers in (0, 1)") from None
+    if not keep or any(not (0.0 < k < 1.0) for k in keep) or any(a <= b for a, b in zip(keep, keep[1:])):
+        raise SpecError("keep_fractions", keep_fractions,
+                        "expected a non-empty, strictly decreasing list of numbers in (0, 1) (mildest first)")
+    return keep
+
+
+def link_bandwidths(sites: int, slowest_Gbps: Sequence[float], draws: int, spread_decades: float, seed: int,
+                    max_Gbps: float = MAX_Gbps) -> np.ndarray:
+    """Link bandwidths (Gb/s) ``[regime, draw, site, site]`` (symmetric, diagonal NaN); see the
+    module docstring. The slowest link of every draw is exactly the regime's ``slowest_Gbps``."""
+    sites = _check_int("sites", sites, 2, 8)
+    draws = _check_int("draws", draws, 1)
+    spread = _check_float("spread_decades", spread_decades, 0.0, 4.0)
+    max_Gbps = _check_float("max_Gbps", max_Gbps, 0.0, open_min=True)
+    slow = [_check_float("slowest_Gbps", b, 0.0, max_Gbps, open_min=True) for b in np.atleast_1d(slowest_Gbps)]
+    if not slow:
+        raise SpecError("slowest_Gbps", slowest_Gbps, "expected at least one bandwidth")
+    rng = np.random.default_rng(np.random.SeedSequence(_check_int("seed", seed, 0)))
+    iu = np.triu_indices(sites, 1)
+    u = rng.uniform(size=(draws, iu[0].size))
+    lo, hi = u.min(axis=1, keepdims=True), u.max(axis=1, keepdims=True)
+    u = np.where(hi > lo, (u - lo) / np.where(hi > lo, hi - lo, 1.0), 0.0)
+    out = np.full((len(slow), draws, sites, sites), np.nan)
+    for i, b in enumerate(slow):
+        bw = np.minimum(b * 10.0 ** (spread * u), max_Gbps)
+        out[i, :, iu[0], iu[1]] = bw.T
+        out[i, :, iu[1], iu[0]] = bw.T
+    return out
+
+
+def _message(model, micro_batch: int) -> tuple[float, int]:
+    """Bytes and entries of one boundary message (bf16 activations of one micro-batch)."""
+    entries = int(micro_batch) * model.seq_len * model.hidden
+    return 2.0 * entries, entries
+
+
+def compressed_bytes(entries: int, keep: float) -> float:
+    """Bytes of a top-k message keeping ``keep`` of ``entries`` values (1: the bf16 message)."""
+    if keep >= 1.0:
+        return 2.0 * entries
+    return CompressorSpec(name="top_k", ratio=float(keep)).nominal_bits(int(entries)) / 8.0
+
+
+def _relay_arrays(f, b, link_s, latency_s):
+    """Per-device arrays ``[N, 2S-1]`` (stage, relay, stage, ...) for ``N`` pipelines whose
+    boundary transfers (one direction) take ``link_s`` ``[N, S-1]``."""
+    N, S1 = link_s.shape
+    S = S1 + 1
+    fwd = np.empty((N, 2 * S - 1))
+    bwd = np.empty((N, 2 * S - 1))
+    fwd[:, 0::2], bwd[:, 0::2] = f, b
+    fwd[:, 1::2], bwd[:, 1::2] = link_s, link_s
+    send = np.zeros((N, 2 * S - 2))
+    send[:, 1::2] = latency_s  # relay -> next stage: the link's latency; stage -> relay: inside the site
+    return fwd, bwd, send
+
+
+def geo_pipeline(model: str = "llama2-7b", system: str = "dgx-a100-80gb", sites: int = 6, gpus_per_site: int = 8,
+                 slowest_Gbps: Sequence[float] = (0.008, 0.1, 1.0, 10.0), draws: int = 4,
+                 spread_decades: float = 1.0, latency_s: float = 0.02, micro_batches: int = 16,
+                 micro_batch: int = 1, keep_fractions: Sequence[float] = (0.1, 0.03, 0.01),
+                 max_Gbps: float = MAX_Gbps, seed: int = 0) -> xr.Dataset:
+    """Throughput of a ``sites``-stage pipeline over geo-distributed links per approach, regime
+    (``bandwidth``: slowest link, Gb/s) and draw of the links; see the module docstring."""
+    model_spec, system_spec = resolve_model(model), resolve_system(system)
+    sites = _check_int("sites", sites, 2, 8)
+    tp = _check_int("gpus_per_site", gpus_per_site, 1, system_spec.gpus_per_node)
+    m = _check_int("micro_batches", micro_batches, 1, 4096)
+    mb = _check_int("micro_batch", micro_batch, 1, 1024)
+    latency_s = _check_float("latency_s", latency_s, 0.0, 10.0)
+    keep = _check_keep(keep_fractions)
+    links = link_bandwidths(sites, slowest_Gbps, draws, spread_decades, seed, max_Gbps)
+    R, D = links.shape[:2]
+    bw_coord = np.asarray([float(b) for b in np.atleast_1d(slowest_Gbps)])
+
+    st = pipeline_stage_times(model_spec, system_spec, sites, tp=tp, micro_batch=mb, recompute="none",
+                              flash_attention=True)
+    f = st["fwd"]
+    b = st["bwd"] + st["wgrad"]  # 1F1B runs backward as one pass
+    period = float(np.max(f + b))  # the slowest stage's compute per micro-batch
+    msg_bytes, entries = _message(model_spec, mb)
+    levels = [1.0] + keep
+    level_bytes = np.array([compressed_bytes(entries, k) for k in levels])
+    orders = np.array(list(itertools.permutations(range(sites))), dtype=np.int64)  # orders[0]: site order
+    pos = np.arange(sites - 1)
+
+    shape = (R, D, len(APPROACHES))
+    tps = np.full(shape, np.nan)
+    makespan = np.full(shape, np.nan)
+    path_slowest = np.full(shape, np.nan)
+    n_compressed = np.zeros(shape, dtype=np.int64)
+    min_keep = np.ones(shape)
+    order_out = np.zeros(shape + (sites,), dtype=np.int64)
+    chosen_keep = np.ones((R, D, sites, sites))
+    tokens = m * mb * model_spec.seq_len
+    for r in range(R):
+        for d in range(D):
+            L = links[r, d]
+            # one-way serialisation time of every pair at every compression level [level, site, site]
+            t = np.zeros((len(levels), sites, sites))
+            for i, j in zip(*np.triu_indices(sites, 1)):
+                link = wallclock.Link(float(L[i, j]) / 8.0, 0.0)  # Gb/s -> GB/s
+                for q, nbytes in enumerate(level_bytes):
+                    t[q, i, j] = t[q, j, i] = wallclock.transfer_time_s(float(nbytes), link)
+            # adaptive: the mildest level whose occupancy (activation + gradient) fits the period
+            fits = 2.0 * t <= period
+            fits[-1] = True
+            level = np.argmax(fits, axis=0)  # first level that fits (0 = uncompressed)
+            t_adapt = np.take_along_axis(t, level[None], axis=0)[0]
+            keep_adapt = np.asarray(levels)[level]
+            np.fill_diagonal(keep_adapt, 1.0)
+            chosen_keep[r, d] = keep_adapt
+            a, c = orders[:, :-1], orders[:, 1:]
+            results = {}
+            for compressed, table in ((False, t[0]), (True, t_adapt)):
+                fwd, bwd, send = _relay_arrays(f, b, table[a, c], latency_s)
+                res = pipeline.simulate_many("1f1b", fwd, bwd, None, send, None, micro_batches=m)
+                results[compressed] = res.makespan_s
+            picks = {"baseline": (False, 0), "compression": (True, 0),
+                     "placement": (False, int(np.argmin(results[False]))),
+                     "placement+compression": (True, int(np.argmin(results[True])))}
+            for k, name in enumerate(APPROACHES):
+                compressed, o = picks[name]
+                path = orders[o]
+                makespan[r, d, k] = results[compressed][o]
+                tps[r, d, k] = tokens / makespan[r, d, k]
+                path_slowest[r, d, k] = L[path[pos], path[pos + 1]].min()
+                order_out[r, d, k] = path
+                if compressed:
+                    used = keep_adapt[path[pos], path[pos + 1]]
+                    n_compressed[r, d, k] = int(np.sum(used < 1.0))
+                    min_keep[r, d, k] = float(used.min())
+    speedup = tps / tps[:, :, :1]
+    dims = ("bandwidth", "draw", "approach")
+    ds = xr.Dataset(
+        {
+            "tokens_per_s": (dims, tps, {"units": "tokens/s", "long_name": "pipeline throughput"}),
+            "makespan_s": (dims, makespan, {"units": "s", "long_name": f"1F1B makespan of {m} micro-batches"}),
+            "speedup": (dims, speedup, {"units": "1", "long_name": "throughput over the in-order uncompressed baseline"}),
+            "speedup_geomean": (("bandwidth", "approach"), np.exp(np.log(speedup).mean(axis=1)),
+                                {"units": "1", "long_name": "geometric mean of the speedup over the link draws"}),
+            "path_slowest_Gbps": (dims, path_slowest, {"units": "Gb/s",
+                                                       "long_name": "slowest link on the pipeline's path"}),
+            "compressed_links": (dims, n_compressed, {"units": "1", "long_name": "links on the path that are compressed"}),
+            "min_keep_fraction": (dims, min_keep, {"units": "1",
+                                                   "long_name": "strongest top-k keep fraction on the path (1: none)"}),
+            "order": (dims + ("position",), order_out, {"units": "1", "long_name": "site holding each pipeline stage"}),
+            "link_Gbps": (("bandwidth", "draw", "site", "peer"), links, {"units": "Gb/s",
+                                                                        "long_name": "link bandwidth between two sites"}),
+            "link_keep_fraction": (("bandwidth", "draw", "site", "peer"), chosen_keep,
+                                   {"units": "1", "long_name": "adaptive top-k keep fraction of each link (1: none)"}),
+            "stage_compute_s": (("position",), f + b, {"units": "s",
+                                                       "long_name": "forward + backward of one micro-batch per stage"}),
+        },
+        coords={"bandwidth": ("bandwidth", bw_coord, {"units": "Gb/s", "long_name": "slowest link between sites"}),
+                "draw": ("draw", np.arange(D), {"units": "1", "long_name": "seeded draw of the links"}),
+                "approach": ("approach", list(APPROACHES), {"units": "1", "long_name": "approach"}),
+                "position": ("position", np.arange(sites), {"units": "1", "long_name": "pipeline stage"}),
+                "site": ("site", np.arange(sites), {"units": "1", "long_name": "site"}),
+                "peer": ("peer", np.arange(sites), {"units": "1", "long_name": "site"})},
+    )
+    params = {"model": model_spec.name, "system": system_spec.name, "sites": sites, "gpus_per_site": tp,
+              "slowest_Gbps": bw_coord.tolist(), "draws": int(draws), "spread_decades": float(spread_decades),
+              "latency_s": latency_s, "micro_batches": m, "micro_batch": mb, "keep_fractions": keep,
+              "max_Gbps": float(max_Gbps)}
+    ds.attrs.update(provenance(params, seed))
+    ds.attrs.update({"message_bytes": msg_bytes, "stage_period_s": period, "tokens_per_step": tokens,
+                     "gpus": sites * tp})
+    return ds
+
+
+def compression_convergence(keep_fractions: Sequence[float] = (0.1, 0.03, 0.01), dim: int = 40, hidden: int = 16,
+                            n_samples: int = 2000, workers: int = 4, steps: int = 600, lr: float = 0.05,
+                            batch_size: int = 16, target_fraction: float = 0.5, evals: int = 60,
+                            seed: int = 0) -> xr.Dataset:
+    """Loss curves of error-feedback top-k SGD at each keep fraction (and uncompressed, keep 1)
+    on a synthetic ``two_layer`` problem; ``target`` is the uncompressed loss at
+    ``target_fraction`` of the steps; ``steps_ratio`` the steps to it over the uncompressed run's."""
+    keep = _check_keep(keep_fractions)
+    steps = _check_int("steps", steps, 10)
+    evals = _check_int("evals", evals, 2, steps)
+    frac = _check_float("target_fraction", target_fraction, 0.0, 1.0, open_min=True)
+    seed = _check_int("seed", seed, 0)
+    every = max(1, steps // evals)
+    steps = every * (steps // every)
+    problem = convergence.make_problem("two_layer", int(n_samples), int(dim), workers=int(workers), seed=seed,
+                                       hidden=int(hidden))
+    levels = [1.0] + keep
+    runs = []
+    for k in levels:
+        comp = "none" if k >= 1.0 else {"name": "top_k", "ratio": float(k), "error_feedback": True}
+        runs.append(convergence.run(problem, "sync", "sgd", lr=lr, steps=steps, batch_size=int(batch_size),
+                                    eval_every=every, seed=seed + 1, compressor=comp))
+    step = runs[0]["step"].values
+    loss = np.stack([np.asarray(ds["loss"].values, dtype=float) for ds in runs])
+    target = float(np.interp(frac * steps, step, loss[0]))
+    s2t = np.array([convergence.steps_to_target(ds, target) for ds in runs])
+    ratio = np.array([wallclock.compression_ratio(ds) for ds in runs])
+    out = xr.Dataset(
+        {"loss": (("keep_fraction", "step"), loss, {"units": "1", "long_name": "training loss (pooled data)"}),
+         "steps_to_target": ("keep_fraction", s2t, {"units": "1", "long_name": "steps until the loss <= target"}),
+         "steps_ratio": ("keep_fraction", s2t / s2t[0], {"units": "1",
+                                                         "long_name": "steps to target over the uncompressed run's"}),
+         "bits_ratio": ("keep_fraction", ratio, {"units": "1",
+                                                 "long_name": "bits sent over uncompressed float32 (synthetic problem)"})},
+        coords={"keep_fraction": ("keep_fraction", np.asarray(levels), {"units": "1",
+                                                                        "long_name": "top-k keep fraction (1: none)"}),
+                "step": ("step", step, {"units": "1", "long_name": "optimiser step"})},
+    )
+    params = {"keep_fractions": keep, "dim": int(dim), "hidden": int(hidden), "n_samples": int(n_samples),
+              "workers": int(workers), "steps": steps, "lr": float(lr), "batch_size": int(batch_size),
+              "target_fraction": frac, "evals": evals}
+    out.attrs.update(provenance(params, seed))
+    out.attrs.update({"target_loss": target, "n_params": problem.n_params})
+    return out
+
+
+def add_time_to_target(pipe: xr.Dataset, conv: xr.Dataset) -> xr.Dataset:
+    """``pipe`` with ``steps_ratio`` (of the strongest keep fraction each pipeline uses) and
+    ``time_to_target_speedup`` = ``speedup / steps_ratio`` (and its geometric mean over draws)."""
+    levels = np.asarray(conv["keep_fraction"].values, dtype=float)
+    used = np.asarray(pipe["min_keep_fraction"].values, dtype=float)
+    idx = np.array([int(np.argmin(np.abs(levels - u))) for u in used.ravel()]).reshape(used.shape)
+    if used.size and not np.allclose(levels[idx], used):
+        raise SpecError("keep_fractions", sorted(set(used.ravel().tolist())),
+                        f"the convergence runs must cover every keep fraction the pipelines use (have {levels.tolist()})")
+    ratio = np.asarray(conv["steps_ratio"].values)[idx]
+    out = pipe.copy()
+    dims = pipe["speedup"].dims
+    out["steps_ratio"] = (dims, ratio, {"units": "1", "long_name": "steps to target over uncompressed (convergence proxy)"})
+    t2t = np.asarray(pipe["speedup"].values) / ratio
+    out["time_to_target_speedup"] = (dims, t2t, {"units": "1",
+                                                 "long_name": "time-to-target speedup over the baseline"})
+    out["time_to_target_speedup_geomean"] = (("bandwidth", "approach"), np.exp(np.log(t2t).mean(axis=1)),
+                                             {"units": "1", "long_name": "geometric mean over the link draws"})
+    out.attrs["target_loss"] = conv.attrs["target_loss"]
+    return out

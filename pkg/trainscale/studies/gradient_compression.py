@@ -1,0 +1,284 @@
+"""Independent subnetwork training vs compressed gradient descent (Shulgin & Richtárik, ICML 2024).
+
+Shulgin & Richtárik, "Towards a Better Theoretical Understanding of Independent Subnetwork
+Training" (ICML 2024, arXiv 2306.16484) analyse independent subnetwork training (IST) with
+permutation sketches on quadratics ``f_i(x) = x'L_i x / 2 - b_i'x`` with exact (full-shard)
+gradients and contrast it with distributed gradient descent under communication compression:
+IST converges to a neighbourhood of the optimum whose size is set by a bias that does not vanish
+with the step size and grows with the heterogeneity of the workers' data, while compressed GD
+with an unbiased compressor or with error feedback goes (much) closer to the optimum at the same
+number of bits per worker. The paper's results are theorems, so the comparison here is
+qualitative: the floor's existence and its growth with heterogeneity.
+
+:func:`ist_vs_compression` runs, for every ``heterogeneity`` of a sweep, one least-squares problem
+(:func:`trainscale.convergence.make_problem`, ``sigma = 0`` so that with ``heterogeneity = 0`` every
+worker's shard is interpolated by the same teacher) with ``full_batch=True`` through
+
+* ``gd``: uncompressed synchronous gradient descent (the reference);
+* ``ist``: IST with permutation sketches (``convergence.run(method="ist")``): each step every worker
+  gets ``p / W`` coordinates and sends back ``32 p / W`` bits;
+* ``rand_k``: Rand-k, unbiased (kept entries scaled by ``p/k``), ``k = p / W``;
+* ``rand_k_ef``: Rand-k without the scaling (a contractive compressor) under error feedback;
+* ``top_k``: Top-k without error feedback (biased);
+* ``top_k_ef``: Top-k under error feedback.
+
+The compression level is matched to IST's: ``k = p / W`` entries per message, each 32 bits of value
+plus ``ceil(log2 p)`` of index, so the compressed methods send slightly *more* bits per step than IST.
+
+Step sizes are fractions (``lr_fraction``) of each method's theoretical maximum, computed from the
+problem: ``1/L`` for GD, Top-k and the error-feedback methods (``L`` the largest eigenvalue of the
+pooled Hessian), ``1/(L (1 + omega/W))`` for unbiased Rand-k (``omega = p/k - 1``, the
+compressor's variance) and ``1/lambda_max(M)`` for IST, ``M`` its expected operator
+(:func:`ist_fixed_point`).
+
+The synthetic quadratic stands in for no transformer of the catalog: it is the paper's own model (a
+quadratic, the local model of any network's loss near a minimum); its size is ``dim`` parameters
+(64 in the quick configuration, 256 in the full one: a 10^4-parameter quadratic would need a
+10^4 x 10^4 rotation and Hessian in ``make_problem``, far beyond the runtime budget).
+
+Time: the Dataset also carries ``comm_time_s``, the cumulative time of the workers' messages on a
+``wallclock.Link`` (``bandwidth_GBps``, ``latency_s``), one message per step
+(``wallclock.transfer_time_s`` of the largest message of the step). Compute is left out: on this
+quadratic it is a few microseconds, and the IST-vs-data-parallel compute trade (IST computes on a
+``1/W`` sub-model) has no counterpart here; bits are the paper's axis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import convergence, wallclock
+from ..io import provenance
+from ..specs import SpecError
+
+__all__ = ["METHODS", "compressor_for", "ist_fixed_point", "ist_predicted_floor", "ist_vs_compression",
+           "step_size"]
+
+METHODS = ("gd", "ist", "rand_k", "rand_k_ef", "top_k", "top_k_ef")
+METHOD_LABELS = {
+    "gd": "GD (uncompressed)",
+    "ist": "IST (permutation sketch)",
+    "rand_k": "Rand-k (unbiased)",
+    "rand_k_ef": "Rand-k + EF",
+    "top_k": "Top-k",
+    "top_k_ef": "Top-k + EF",
+}
+
+
+def compressor_for(method: str, k: int) -> dict | None:
+    """The ``convergence.run`` compressor of a compressed method (``None`` for ``gd`` and ``ist``)."""
+    return {
+        "gd": None,
+        "ist": None,
+        "rand_k": {"name": "random_k", "k": k, "unbiased": True},
+        "rand_k_ef": {"name": "random_k", "k": k, "unbiased": False, "error_feedback": True},
+        "top_k": {"name": "top_k", "k": k},
+        "top_k_ef": {"name": "top_k", "k": k, "error_feedback": True},
+    }[method]
+
+
+def _shard_quadratics(problem: convergence.Problem) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each worker's ``L_i = X_i'X_i / n_i + lam I`` and ``b_i = X_i'y_i / n_i`` (least squares)."""
+    Ls, bs = [], []
+    for k in range(problem.workers):
+        sl = problem.shard(k)
+        Xk, yk = problem.X[sl], problem.y[sl]
+        Ls.append(Xk.T @ Xk / len(yk) + problem.lam * np.eye(problem.dim))
+        bs.append(Xk.T @ yk / len(yk))
+    return Ls, bs
+
+
+def ist_fixed_point(problem: convergence.Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """IST's expected operator ``M``, ``b`` and the fixed point ``M^-1 b`` of its mean iterate.
+
+    With full shard gradients and a fresh permutation sketch every step (``C_i = W diag(1[owner = i])``,
+    blocks of ``q = p/W`` coordinates), ``E x_{t+1} = E x_t - lr (M E x_t - b)`` where
+    ``b = mean_i b_i`` and ``M = sum_i (diag L_i + (q-1)/(p-1) offdiag L_i)`` (two coordinates share
+    worker ``i``'s block with probability ``(q-1)/(W(p-1))``). The mean iterate therefore goes to
+    ``M^-1 b``, not to the optimum ``L^-1 b`` (``L = mean_i L_i``): the bias of IST. Checked by
+    ``tests/test_hierarchical.py::test_ist_mean_iterate_reaches_the_biased_fixed_point``.
+    Returns ``(M, b, M^-1 b)``; least squares only, ``dim`` divisible by the number of workers.
+    """
+    if problem.kind != "least_squares":
+        raise SpecError("kind", problem.kind, "the closed form needs a quadratic: least_squares")
+    p, W = problem.dim, problem.workers
+    if p % W:
+        raise SpecError("dim", p, f"expected a multiple of workers = {W} (equal sub-networks)")
+    q = p // W
+    Ls, bs = _shard_quadratics(problem)
+    share = (q - 1) / (p - 1) if p > 1 else 0.0
+    M = np.zeros((p, p))
+    for L in Ls:
+        diag = np.diag(np.diag(L))
+        M += diag + share * (L - diag)
+    b = np.mean(bs, axis=0)
+    return M, b, np.linalg.solve(M, b)
+
+
+def ist_predicted_floor(problem: convergence.Problem) -> float:
+    """Suboptimality ``f(M^-1 b) - f*`` of IST's biased fixed point (:func:`ist_fixed_point`).
+
+    The iterates fluctuate around the fixed point, so by convexity the mean suboptimality of the
+    iterates is at least this (plus a variance term that shrinks with the step size)."""
+    _, _, fixed = ist_fixed_point(problem)
+    return float(problem.loss(fixed) - problem.optimum_loss)
+
+
+def step_size(problem: convergence.Problem, method: str, k: int, lr_fraction: float) -> float:
+    """``lr_fraction`` of the method's largest theoretical step size (module docstring)."""
+    p, W = problem.n_params, problem.workers
+    Ls, _ = _shard_quadratics(problem)
+    L = float(np.linalg.eigvalsh(np.mean(Ls, axis=0))[-1])
+    if method == "ist":
+        M, _, _ = ist_fixed_point(problem)
+        return lr_fraction / float(np.linalg.eigvalsh(M)[-1])
+    if method == "rand_k":
+        omega = p / k - 1.0
+        return lr_fraction / (L * (1.0 + omega / W))
+    return lr_fraction / L
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise SpecError(name, value, f"expected an integer >= {minimum}")
+    return int(value)
+
+
+def _check_float(name, value, lo, hi, open_lo=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value > hi or value < lo or (open_lo and value == lo):
+        raise SpecError(name, value, f"expected a number in {'(' if open_lo else '['}{lo}, {hi}]")
+    return float(value)
+
+
+def ist_vs_compression(heterogeneities: Sequence[float], *, methods: Sequence[str] = METHODS, dim: int = 64,
+                       n_samples: int = 512, workers: int = 4, kappa: float = 2.0, steps: int = 1000,
+                       evals: int = 100, lr_fraction: float = 0.1, floor_window: float = 0.5,
+                       bandwidth_GBps: float = 0.125, latency_s: float = 0.0, seed: int = 0) -> xr.Dataset:
+    """IST vs compressed GD on least squares, for every heterogeneity and method.
+
+    ``heterogeneities``: values in ``[0, 1]`` (distinct, increasing); ``methods`` a subset of
+    :data:`METHODS`; the problem has ``dim`` parameters (a multiple of ``workers``), ``n_samples``
+    examples (a multiple of ``workers``), covariance condition number ``kappa`` and no label
+    noise; every method runs ``steps`` full-batch steps, evaluated ``evals`` times (``steps`` a
+    multiple of ``evals``). ``floor`` is the mean suboptimality over the last ``floor_window``
+    share of the evaluations. ``bandwidth_GBps`` / ``latency_s``: the link of ``comm_time_s``.
+    Same arguments, same Dataset.
+    """
+    hets = list(heterogeneities) if not isinstance(heterogeneities, (str, bytes)) else None
+    if not hets:
+        raise SpecError("heterogeneities", heterogeneities, "expected a non-empty list of numbers in [0, 1]")
+    hets = [_check_float("heterogeneities", h, 0.0, 1.0) for h in hets]
+    if any(b <= a for a, b in zip(hets, hets[1:])):
+        raise SpecError("heterogeneities", heterogeneities, "expected distinct values in increasing order")
+    methods = list(methods) if not isinstance(methods, (str, bytes)) else None
+    if not methods or any(m not in METHODS for m in methods) or len(set(methods)) != len(methods):
+        raise SpecError("methods", methods, f"expected distinct names among {', '.join(METHODS)}")
+    W = _check_int("workers", workers, 2)
+    p = _check_int("dim", dim, W)
+    if p % W:
+        raise SpecError("dim", dim, f"expected a multiple of workers = {W} (IST's equal sub-networks)")
+    n = _check_int("n_samples", n_samples, W)
+    if n % W:
+        raise SpecError("n_samples", n_samples, f"expected a multiple of workers = {W} (full-batch equal shards)")
+    kappa = _check_float("kappa", kappa, 1.0, 1e6)
+    steps = _check_int("steps", steps, 1)
+    evals = _check_int("evals", evals, 1)
+    if steps % evals:
+        raise SpecError("evals", evals, f"expected a divisor of steps = {steps}")
+    lr_fraction = _check_float("lr_fraction", lr_fraction, 0.0, 1.0, open_lo=True)
+    floor_window = _check_float("floor_window", floor_window, 0.0, 1.0, open_lo=True)
+    bandwidth_GBps = _check_float("bandwidth_GBps", bandwidth_GBps, 0.0, 1e6, open_lo=True)
+    latency_s = _check_float("latency_s", latency_s, 0.0, 1e3)
+    seed = _check_int("seed", seed, 0)
+    link = wallclock.Link(bandwidth_GBps, latency_s)
+    k = p // W
+    eval_every = steps // evals
+    n_eval = evals + 1
+    tail = max(1, int(round(floor_window * evals)))
+
+    shape3 = (len(methods), len(hets), n_eval)
+    shape2 = (len(methods), len(hets))
+    sub = np.empty(shape3)
+    gnorm = np.empty(shape3)
+    loss = np.empty(shape3)
+    bits = np.empty(shape3)
+    comm = np.empty(shape3)
+    lrs = np.empty(shape2)
+    floor = np.empty(shape2)
+    bits_step = np.empty(shape2)
+    predicted = np.empty(len(hets))
+    smooth = np.empty(len(hets))
+    optimum_loss = np.empty(len(hets))
+    for j, het in enumerate(hets):
+        problem = convergence.make_problem("least_squares", n, p, workers=W, heterogeneity=het, seed=seed,
+                                           kappa=kappa, sigma=0.0)
+        predicted[j] = ist_predicted_floor(problem)
+        optimum_loss[j] = problem.optimum_loss
+        smooth[j] = lr_fraction / step_size(problem, "gd", k, lr_fraction)
+        for i, method in enumerate(methods):
+            lr = step_size(problem, method, k, lr_fraction)
+            comp = compressor_for(method, k)
+            kw = {"compressor": comp} if comp is not None else {}
+            ds = convergence.run(problem, "ist" if method == "ist" else "sync", lr=lr, steps=steps,
+                                 full_batch=True, eval_every=eval_every, seed=seed, _provenance=False, **kw)
+            lrs[i, j] = lr
+            sub[i, j] = ds["suboptimality"].values
+            gnorm[i, j] = ds["grad_norm"].values
+            loss[i, j] = ds["loss"].values
+            per_worker = ds["bits_sent_per_worker"].values  # (step, worker), cumulative
+            bits[i, j] = per_worker.mean(axis=1)
+            # one message per worker per step; the step lasts as long as its largest message
+            step_bits = np.diff(per_worker, axis=0).max(axis=1) / eval_every
+            bits_step[i, j] = float(step_bits.max()) if step_bits.size else 0.0
+            per_step_s = np.array([transfer_s(b / 8.0, link) for b in step_bits])
+            comm[i, j] = np.concatenate([[0.0], np.cumsum(per_step_s * eval_every)])
+            floor[i, j] = float(np.mean(ds["suboptimality"].values[-tail:]))
+
+    d3 = ("method", "heterogeneity", "step")
+    d2 = ("method", "heterogeneity")
+    step = np.arange(n_eval) * eval_every
+    ds = xr.Dataset(
+        {
+            "suboptimality": (d3, sub, {"units": "1", "long_name": "suboptimality f(x) - f*"}),
+            "grad_norm": (d3, gnorm, {"units": "1", "long_name": "norm of the full-dataset gradient"}),
+            "loss": (d3, loss, {"units": "1", "long_name": "training loss on the pooled dataset"}),
+            "bits_sent_per_worker": (d3, bits, {"units": "bit", "long_name": "cumulative bits sent per worker "
+                                                                             "(mean over workers)"}),
+            "comm_time_s": (d3, comm, {"units": "s", "long_name": "cumulative communication time on the link "
+                                                                  "(compute excluded)"}),
+            "lr": (d2, lrs, {"units": "1", "long_name": "step size"}),
+            "floor": (d2, floor, {"units": "1", "long_name": f"mean suboptimality over the last "
+                                                             f"{tail} evaluations"}),
+            "bits_per_step_per_worker": (d2, bits_step, {"units": "bit",
+                                                         "long_name": "bits one worker sends per step"}),
+            "ist_predicted_floor": ("heterogeneity", predicted,
+                                    {"units": "1", "long_name": "suboptimality of IST's fixed point M^-1 b"}),
+            "smoothness": ("heterogeneity", smooth, {"units": "1", "long_name": "largest Hessian eigenvalue L"}),
+            "optimum_loss": ("heterogeneity", optimum_loss, {"units": "1", "long_name": "optimal loss f*"}),
+        },
+        coords={
+            "method": ("method", methods, {"units": "1", "long_name": "optimisation method"}),
+            "heterogeneity": ("heterogeneity", np.asarray(hets, dtype=np.float64),
+                              {"units": "1", "long_name": "data heterogeneity across workers"}),
+            "step": ("step", step, {"units": "1", "long_name": "optimiser steps"}),
+        },
+    )
+    parameters = dict(heterogeneities=hets, methods=methods, dim=p, n_samples=n, workers=W, kappa=kappa,
+                      steps=steps, evals=evals, lr_fraction=lr_fraction, floor_window=floor_window,
+                      bandwidth_GBps=bandwidth_GBps, latency_s=latency_s, seed=seed)
+    ds.attrs.update(provenance(parameters, seed))
+    ds.attrs.update(n_params=p, workers=W, k=k, floor_evaluations=tail,
+                    method_labels=json.dumps({m: METHOD_LABELS[m] for m in methods}),
+                    stands_in_for="the paper's quadratic (least squares); no catalog transformer")
+    return ds
+
+
+def transfer_s(nbytes: float, link: wallclock.Link) -> float:
+    """One worker's message of ``nbytes`` on ``link`` (``wallclock.transfer_time_s``)."""
+    return wallclock.transfer_time_s(float(nbytes), link)

@@ -45,6 +45,9 @@ import xarray as xr
 
 from .compression import CODES as COMPRESSOR_NAMES
 from .compression import CompressorSpec, resolve_compressor
+from .checks import check_choice as _check_choice
+from .checks import check_float as _check_float
+from .checks import check_int as _check_int
 from .io import provenance
 from .kernels import optim as K
 from .specs import SpecError
@@ -76,34 +79,6 @@ _EVENT_METHODS = ("async", "async_local", "hierarchical")
 
 # ---------------------------------------------------------------------------------------------
 # validation helpers
-
-
-def _check_int(name, value, minimum=1, maximum=None):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise SpecError(name, value, f"expected an integer >= {minimum}")
-    if value < minimum or (maximum is not None and value > maximum):
-        rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise SpecError(name, value, f"expected an integer {rng}")
-    return int(value)
-
-
-def _check_float(name, value, minimum=0.0, maximum=math.inf, open_min=False, open_max=False):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise SpecError(name, value, "expected a number")
-    value = float(value)
-    lo_bad = value <= minimum if open_min else value < minimum
-    hi_bad = value >= maximum if open_max else value > maximum
-    if not math.isfinite(value) or lo_bad or hi_bad:
-        lo = "(" if open_min else "["
-        hi = ")" if open_max else "]"
-        raise SpecError(name, value, f"expected a finite number in {lo}{minimum}, {maximum}{hi}")
-    return value
-
-
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise SpecError(name, value, f"expected one of {', '.join(choices)}")
-    return value
 
 
 def _seed_sequence(seed) -> np.random.SeedSequence:

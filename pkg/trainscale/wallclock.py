@@ -51,7 +51,9 @@ import numpy as np
 import xarray as xr
 
 from . import perfmodel
-from .convergence import _check_float, _check_int, steps_to_target, tokens_to_target
+from .checks import check_float as _check_float
+from .checks import check_int as _check_int
+from .convergence import steps_to_target, tokens_to_target
 from .io import provenance
 from .kernels.collectives import p2p_time, ring_phase_time
 from .specs import (

@@ -48,7 +48,6 @@ speedup by the steps ratio of the strongest keep fraction its pipeline uses.
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Sequence
 
 import numpy as np
@@ -57,6 +56,8 @@ import xarray as xr
 from .. import convergence, pipeline, wallclock
 from ..compression import CompressorSpec
 from ..io import provenance
+from ..checks import check_float as _check_float
+from ..checks import check_int as _check_int
 from ..specs import SpecError, resolve_model, resolve_system
 from .cluster import pipeline_stage_times
 
@@ -64,21 +65,8 @@ APPROACHES = ("baseline", "compression", "placement", "placement+compression")
 MIN_Gbps, MAX_Gbps = 0.008, 10.0  # the paper's range of links
 
 
-def _check_int(field, value, minimum, maximum=None):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum or (
-            maximum is not None and value > maximum):
-        raise SpecError(field, value, f"expected an integer in [{minimum}, {maximum if maximum else 'inf'}]")
-    return int(value)
 
 
-def _check_float(field, value, minimum, maximum=math.inf, open_min=False):
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(field, value, f"expected a number in {'(' if open_min else '['}{minimum}, {maximum}]") from None
-    if isinstance(value, bool) or not math.isfinite(v) or v < minimum or (open_min and v == minimum) or v > maximum:
-        raise SpecError(field, value, f"expected a finite number in {'(' if open_min else '['}{minimum}, {maximum}]")
-    return v
 
 
 def _check_keep(keep_fractions) -> list[float]:

@@ -46,13 +46,14 @@ quadratic it is a few microseconds, and the IST-vs-data-parallel compute trade (
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import xarray as xr
 
 from .. import convergence, wallclock
+from ..checks import check_float as _check_float
+from ..checks import check_int as _check_int
 from ..io import provenance
 from ..specs import SpecError
 
@@ -143,17 +144,8 @@ def step_size(problem: convergence.Problem, method: str, k: int, lr_fraction: fl
     return lr_fraction / L
 
 
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise SpecError(name, value, f"expected an integer >= {minimum}")
-    return int(value)
 
 
-def _check_float(name, value, lo, hi, open_lo=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or value > hi or value < lo or (open_lo and value == lo):
-        raise SpecError(name, value, f"expected a number in {'(' if open_lo else '['}{lo}, {hi}]")
-    return float(value)
 
 
 def ist_vs_compression(heterogeneities: Sequence[float], *, methods: Sequence[str] = METHODS, dim: int = 64,
@@ -191,9 +183,9 @@ def ist_vs_compression(heterogeneities: Sequence[float], *, methods: Sequence[st
     evals = _check_int("evals", evals, 1)
     if steps % evals:
         raise SpecError("evals", evals, f"expected a divisor of steps = {steps}")
-    lr_fraction = _check_float("lr_fraction", lr_fraction, 0.0, 1.0, open_lo=True)
-    floor_window = _check_float("floor_window", floor_window, 0.0, 1.0, open_lo=True)
-    bandwidth_GBps = _check_float("bandwidth_GBps", bandwidth_GBps, 0.0, 1e6, open_lo=True)
+    lr_fraction = _check_float("lr_fraction", lr_fraction, 0.0, 1.0, open_min=True)
+    floor_window = _check_float("floor_window", floor_window, 0.0, 1.0, open_min=True)
+    bandwidth_GBps = _check_float("bandwidth_GBps", bandwidth_GBps, 0.0, 1e6, open_min=True)
     latency_s = _check_float("latency_s", latency_s, 0.0, 1e3)
     seed = _check_int("seed", seed, 0)
     link = wallclock.Link(bandwidth_GBps, latency_s)

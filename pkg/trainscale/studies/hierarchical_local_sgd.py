@@ -47,6 +47,7 @@ import xarray as xr
 
 from .. import convergence as C
 from .. import wallclock as wc
+from ..checks import check_float, check_floats, check_int
 from ..io import provenance
 from ..specs import SpecError
 
@@ -69,10 +70,6 @@ DEFAULTS = dict(
 )
 
 
-def _check_list(name, values, minimum, maximum, open_min=False):
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) or len(values) == 0:
-        raise SpecError(name, values, f"expected a non-empty list of numbers in [{minimum}, {maximum}]")
-    return [C._check_float(name, v, minimum, maximum, open_min=open_min) for v in values]
 
 
 def _validated(p: dict) -> dict:
@@ -82,27 +79,27 @@ def _validated(p: dict) -> dict:
     q = {**DEFAULTS, **p}
     for name in ("gpus_per_worker", "batch_per_worker", "n_samples", "dim", "hidden", "batch_size", "H",
                  "updates_per_push", "rounds"):
-        q[name] = C._check_int(name, q[name], 1)
-    q["regions"] = C._check_int("regions", q["regions"], 2, 64)
-    q["workers_per_region"] = C._check_int("workers_per_region", q["workers_per_region"], 1, 64)
-    q["speed_min"] = C._check_float("speed_min", q["speed_min"], 0.0, 1.0, open_min=True)
-    q["speed_max"] = C._check_float("speed_max", q["speed_max"], q["speed_min"], 1.0)
-    q["inter_min_Gbps"] = C._check_float("inter_min_Gbps", q["inter_min_Gbps"], 0.0, 1e4, open_min=True)
-    q["inter_max_Gbps"] = C._check_float("inter_max_Gbps", q["inter_max_Gbps"], q["inter_min_Gbps"], 1e4)
-    q["intra_Gbps"] = C._check_float("intra_Gbps", q["intra_Gbps"], 0.0, 1e5, open_min=True)
+        q[name] = check_int(name, q[name], 1)
+    q["regions"] = check_int("regions", q["regions"], 2, 64)
+    q["workers_per_region"] = check_int("workers_per_region", q["workers_per_region"], 1, 64)
+    q["speed_min"] = check_float("speed_min", q["speed_min"], 0.0, 1.0, open_min=True)
+    q["speed_max"] = check_float("speed_max", q["speed_max"], q["speed_min"], 1.0)
+    q["inter_min_Gbps"] = check_float("inter_min_Gbps", q["inter_min_Gbps"], 0.0, 1e4, open_min=True)
+    q["inter_max_Gbps"] = check_float("inter_max_Gbps", q["inter_max_Gbps"], q["inter_min_Gbps"], 1e4)
+    q["intra_Gbps"] = check_float("intra_Gbps", q["intra_Gbps"], 0.0, 1e5, open_min=True)
     for name in ("inter_latency_s", "intra_latency_s"):
-        q[name] = C._check_float(name, q[name], 0.0, 10.0)
+        q[name] = check_float(name, q[name], 0.0, 10.0)
     for name in ("heterogeneity", "merge_weight"):
-        q[name] = C._check_float(name, q[name], 0.0, 1.0)
-    q["sigma"] = C._check_float("sigma", q["sigma"], 0.0, 10.0)
+        q[name] = check_float(name, q[name], 0.0, 1.0)
+    q["sigma"] = check_float("sigma", q["sigma"], 0.0, 10.0)
     for name in ("diloco_outer_momentum", "async_outer_momentum", "global_momentum"):
-        q[name] = C._check_float(name, q[name], 0.0, 1.0, open_max=True)
-    q["global_lr"] = C._check_float("global_lr", q["global_lr"], 0.0, 10.0, open_min=True)
-    q["target_fraction"] = C._check_float("target_fraction", q["target_fraction"], 0.0, 1.0, open_min=True,
+        q[name] = check_float(name, q[name], 0.0, 1.0, open_max=True)
+    q["global_lr"] = check_float("global_lr", q["global_lr"], 0.0, 10.0, open_min=True)
+    q["target_fraction"] = check_float("target_fraction", q["target_fraction"], 0.0, 1.0, open_min=True,
                                           open_max=True)
-    q["lrs"] = _check_list("lrs", q["lrs"], 0.0, 10.0, open_min=True)
-    q["outer_lrs"] = _check_list("outer_lrs", q["outer_lrs"], 0.0, 10.0, open_min=True)
-    q["sweep_fractions"] = _check_list("sweep_fractions", q["sweep_fractions"], 0.0, 1.0, open_min=True)
+    q["lrs"] = check_floats("lrs", q["lrs"], 0.0, 10.0, open_min=True)
+    q["outer_lrs"] = check_floats("outer_lrs", q["outer_lrs"], 0.0, 10.0, open_min=True)
+    q["sweep_fractions"] = check_floats("sweep_fractions", q["sweep_fractions"], 0.0, 1.0, open_min=True)
     if q["optimizer"] not in C.OPTIMIZERS:
         raise SpecError("optimizer", q["optimizer"], f"expected one of {', '.join(C.OPTIMIZERS)}")
     if not isinstance(q["uplink_shared"], (bool, np.bool_)):
@@ -321,7 +318,7 @@ def bandwidth_sweep(comparison: xr.Dataset, scales: Sequence[float]) -> xr.Datas
     numbers do not depend on time); the event-driven methods are re-run (their order does)."""
     if not isinstance(comparison, xr.Dataset) or "best_lr" not in comparison:
         raise SpecError("comparison", type(comparison).__name__, "expected the Dataset of halos_comparison")
-    scales = _check_list("scales", scales, 0.0, 1e4, open_min=True)
+    scales = check_floats("scales", scales, 0.0, 1e4, open_min=True)
     params = json.loads(comparison.attrs["parameters"])
     params["lrs"] = tuple(params["lrs"])
     params["outer_lrs"] = tuple(params["outer_lrs"])

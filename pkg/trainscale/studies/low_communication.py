@@ -41,6 +41,7 @@ import numpy as np
 import xarray as xr
 
 from .. import convergence, wallclock
+from ..checks import check_float, check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_model, resolve_system
 
@@ -50,32 +51,17 @@ METHODS = ("allreduce", "diloco", "diloco-delayed", "diloco-delayed-compressed")
 COMPRESSORS = ("top_k", "powersgd")
 
 
-def _int(name, value, minimum=1, maximum=None):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise SpecError(name, value, f"expected an integer >= {minimum}")
-    if value < minimum or (maximum is not None and value > maximum):
-        rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise SpecError(name, value, f"expected an integer {rng}")
-    return int(value)
 
 
-def _float(name, value, minimum=0.0, maximum=math.inf, open_min=False):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise SpecError(name, value, "expected a number")
-    value = float(value)
-    if not math.isfinite(value) or value < minimum or (open_min and value == minimum) or value > maximum:
-        lo = "(" if open_min else "["
-        raise SpecError(name, value, f"expected a finite number in {lo}{minimum}, {maximum}]")
-    return value
 
 
 def _compressor(name, ratio, rank) -> dict:
     if name not in COMPRESSORS:
         raise SpecError("compressor", name, f"expected one of {', '.join(COMPRESSORS)}")
     if name == "top_k":
-        return {"name": "top_k", "ratio": _float("compressor_ratio", ratio, 0.0, 1.0, open_min=True),
+        return {"name": "top_k", "ratio": check_float("compressor_ratio", ratio, 0.0, 1.0, open_min=True),
                 "error_feedback": True}
-    return {"name": "powersgd", "rank": _int("compressor_rank", rank, 1), "error_feedback": True}
+    return {"name": "powersgd", "rank": check_int("compressor_rank", rank, 1), "error_feedback": True}
 
 
 def method_runs(problem: convergence.Problem, *, steps: int, batch_size: int, H: int, optimizer: str = "adam",
@@ -87,8 +73,8 @@ def method_runs(problem: convergence.Problem, *, steps: int, batch_size: int, H:
     (``delayed_outer_lr``, ``delayed_outer_momentum``): the delayed pseudo-gradient is applied to a
     model that already moved along the previous one, and the undelayed DiLoCo setting (Nesterov
     0.7/0.9) diverges with it on this problem."""
-    H = _int("H", H, 1)
-    steps = _int("steps", steps, 1)
+    H = check_int("H", H, 1)
+    steps = check_int("steps", steps, 1)
     if steps % H:
         raise SpecError("steps", steps, f"expected a multiple of H = {H}")
     comp = compressor if compressor is not None else {"name": "top_k", "ratio": 0.05, "error_feedback": True}
@@ -126,27 +112,27 @@ def low_communication(*, model: str = "llama2-70b", system: str = "dgx-a100-80gb
     """
     model_spec = resolve_model(model, "low_communication")
     resolve_system(system, "low_communication")
-    W = _int("clusters", clusters, 2)
-    g = _int("gpus_per_cluster", gpus_per_cluster, 1)
-    b = _int("batch_per_cluster", batch_per_cluster, 1)
-    H = _int("H", H, 1)
-    steps = _int("steps", steps, 1)
+    W = check_int("clusters", clusters, 2)
+    g = check_int("gpus_per_cluster", gpus_per_cluster, 1)
+    b = check_int("batch_per_cluster", batch_per_cluster, 1)
+    H = check_int("H", H, 1)
+    steps = check_int("steps", steps, 1)
     if steps % H:
         raise SpecError("steps", steps, f"expected a multiple of H = {H}")
     if isinstance(bandwidths_GBps, (str, bytes)) or not isinstance(bandwidths_GBps, Sequence) or not bandwidths_GBps:
         raise SpecError("bandwidths_GBps", bandwidths_GBps, "expected a non-empty list of positive numbers (GB/s)")
-    bws = [_float("bandwidths_GBps", v, 0.0, 1e6, open_min=True) for v in bandwidths_GBps]
+    bws = [check_float("bandwidths_GBps", v, 0.0, 1e6, open_min=True) for v in bandwidths_GBps]
     if len(set(bws)) != len(bws):
         raise SpecError("bandwidths_GBps", bandwidths_GBps, "expected distinct values")
     bws = sorted(bws)
-    latency = _float("link_latency_s", link_latency_s, 0.0, 10.0)
+    latency = check_float("link_latency_s", link_latency_s, 0.0, 10.0)
     comp = _compressor(compressor, compressor_ratio, compressor_rank)
-    seed = _int("seed", seed, 0)
+    seed = check_int("seed", seed, 0)
 
     step = wallclock.worker_step(model_spec, system, g, b)
-    problem = convergence.make_problem("two_layer", _int("n_samples", n_samples, 2), _int("dim", dim, 1), W,
-                                       heterogeneity, seed, kappa=kappa, sigma=sigma, hidden=_int("hidden", hidden, 1))
-    runs = method_runs(problem, steps=steps, batch_size=_int("batch_size", batch_size, 1), H=H, optimizer=optimizer,
+    problem = convergence.make_problem("two_layer", check_int("n_samples", n_samples, 2), check_int("dim", dim, 1), W,
+                                       heterogeneity, seed, kappa=kappa, sigma=sigma, hidden=check_int("hidden", hidden, 1))
+    runs = method_runs(problem, steps=steps, batch_size=check_int("batch_size", batch_size, 1), H=H, optimizer=optimizer,
                        lr=lr, outer_lr=outer_lr, outer_momentum=outer_momentum, delayed_outer_lr=delayed_outer_lr,
                        delayed_outer_momentum=delayed_outer_momentum, compressor=comp, seed=seed + 1)
 

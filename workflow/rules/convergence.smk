@@ -116,3 +116,31 @@ rule low_communication:
         notebook=notebook_parameters("low-communication"),
     shell:
         PAPERMILL
+
+
+rule batch_size:
+    input:
+        notebook=study_notebook("batch-size"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "batch-size",
+            [
+                "batch_size.nc",
+                "steps_to_target.png",
+                "time_to_target.png",
+                "cost_vs_time.png",
+            ],
+        ),
+    log:
+        executed_notebook("batch-size"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("batch-size"),
+    shell:
+        PAPERMILL

@@ -38,6 +38,15 @@ def run_snakemake(*args, timeout=1800):
     )
 
 
+def notebook_text(results, study):
+    """Everything an executed notebook printed (its stream outputs), to check a study's stated comparison."""
+    import nbformat
+
+    nb = nbformat.read(results / "notebooks" / f"{study}.ipynb", as_version=4)
+    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
+
+
 def tail(text, lines=60):
     return "\n".join(text.splitlines()[-lines:])
 

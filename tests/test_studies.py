@@ -4,21 +4,16 @@ byte-identical reruns."""
 import hashlib
 import json
 
-import nbformat
 import numpy as np
 import pytest
 
-from conftest import run_snakemake, tail
+from conftest import notebook_text, run_snakemake, tail
 from trainscale import catalog
 from trainscale import io as tsio
 
 pytestmark = pytest.mark.workflow
 
 
-def notebook_text(results, study):
-    nb = nbformat.read(results / "notebooks" / f"{study}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 def test_validation_meets_the_published_accuracy_targets(quick_workflow):

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import notebook_text
 from trainscale import io as tsio
 from trainscale.specs import SpecError
 from trainscale.studies import batch_size
@@ -17,12 +18,6 @@ def _dataset(results):
     return tsio.read_dataset(results / "figures" / STUDY / "batch_size.nc")
 
 
-def _notebook_text(results):
-    import nbformat
-
-    nb = nbformat.read(results / "notebooks" / f"{STUDY}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 # --------------------------------------------------------------------------- quick workflow outputs
@@ -81,7 +76,7 @@ def test_largest_configuration_is_neither_fastest_nor_cheapest(quick_workflow):
 @pytest.mark.workflow
 def test_notebook_prints_the_comparison(quick_workflow):
     ds = _dataset(quick_workflow)
-    text = _notebook_text(quick_workflow)
+    text = notebook_text(quick_workflow, STUDY)
     assert f"critical batch: fitted B_crit = {float(ds['B_crit']):.0f}, gradient noise scale B_simple = " \
            f"{float(ds['B_simple_mean']):.0f}" in text
     fb, fn = ds.attrs["fastest"]

@@ -1,9 +1,9 @@
 """geo-distributed (FusionLLM, arXiv 2410.12707): placement by link bandwidth and adaptive top-k
 compression speed up a pipeline across sites, the more the slower the links."""
 
-import nbformat
 import numpy as np
 import pytest
+from conftest import notebook_text
 
 from trainscale import io as tsio
 from trainscale.specs import SpecError
@@ -12,10 +12,6 @@ from trainscale.studies import geo_distributed as geo
 STUDY = "geo-distributed"
 
 
-def notebook_text(results, study=STUDY):
-    nb = nbformat.read(results / "notebooks" / f"{study}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 # ------------------------------------------------------------------ unit tests (fast, no workflow)
@@ -109,6 +105,6 @@ def test_geo_distributed_convergence_cost_and_sentence(quick_workflow):
     t2t = ds["time_to_target_speedup"].values
     np.testing.assert_allclose(t2t, ds["speedup"].values / ds["steps_ratio"].values)
     best = ds["speedup_geomean"].sel(approach="placement+compression").values
-    text = notebook_text(quick_workflow)
+    text = notebook_text(quick_workflow, STUDY)
     assert (f"speedup over the uncompressed baseline: {best.min():.2f}–{best.max():.2f}× across the link regimes "
             "(paper: 1.45–9.39× on 48 GPUs)") in text

@@ -2,9 +2,9 @@
 floor vs compressed gradient descent at matched bits — unit tests of the study functions, and the
 paper's (qualitative) effects on the quick workflow's outputs."""
 
-import nbformat
 import numpy as np
 import pytest
+from conftest import notebook_text
 
 from trainscale import convergence
 from trainscale import io as tsio
@@ -16,10 +16,6 @@ STUDY = "gradient-compression"
 SMALL = dict(dim=16, n_samples=128, workers=4, steps=200, evals=20, seed=3)
 
 
-def notebook_text(results, study):
-    nb = nbformat.read(results / "notebooks" / f"{study}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 # ---------------------------------------------------------------------------------------------

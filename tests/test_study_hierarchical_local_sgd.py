@@ -4,9 +4,9 @@ paper's effect on the quick workflow's outputs."""
 
 import math
 
-import nbformat
 import numpy as np
 import pytest
+from conftest import notebook_text
 
 from trainscale import io as tsio
 from trainscale.specs import SpecError
@@ -17,10 +17,6 @@ TINY = dict(n_samples=256, dim=4, hidden=4, rounds=6, lrs=[0.01], outer_lrs=[0.5
             batch_size=4, H=2, updates_per_push=2)
 
 
-def notebook_text(results, study_name):
-    nb = nbformat.read(results / "notebooks" / f"{study_name}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """low-communication (DiLoCoX, Qi et al. 2025, arXiv 2506.21263): the paper's effects on the quick
 workflow's outputs, and fast unit tests of the study function."""
 
-import nbformat
 import numpy as np
 import pytest
+from conftest import notebook_text
 from trainscale import io as tsio
 from trainscale.specs import SpecError
 from trainscale.studies import low_communication as lc
@@ -16,10 +16,6 @@ def _dataset(results):
     return tsio.read_dataset(results / "figures" / STUDY / "low_communication.nc")
 
 
-def _notebook_text(results):
-    nb = nbformat.read(results / "notebooks" / f"{STUDY}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 @pytest.mark.workflow
@@ -59,7 +55,7 @@ def test_notebook_prints_the_comparison(quick_workflow):
     ds = _dataset(quick_workflow)
     sp = float(ds["speedup"].sel({"method": BEST, "bandwidth_GBps": 0.125}))
     change = float(ds["loss_change"].sel({"method": BEST}))
-    text = _notebook_text(quick_workflow)
+    text = notebook_text(quick_workflow, STUDY)
     assert (f"at 1 Gb/s: DiLoCo with delayed outer step and compression is {sp:.0f}x AllReduce in tokens/s "
             f"(paper: 357x), final loss {change:+.1%} (paper: negligible)") in text
     for name in ("tokens_per_s.png", "loss_vs_tokens.png", "loss_vs_time.png"):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .specs import SpecError
 
-__all__ = ["check_choice", "check_float", "check_floats", "check_int"]
+__all__ = ["check_choice", "check_float", "check_floats", "check_int", "check_speeds"]
 
 
 def check_int(name, value, minimum=1, maximum=None) -> int:
@@ -53,3 +53,16 @@ def check_choice(name, value, choices):
     if value not in choices:
         raise SpecError(name, value, f"expected one of {', '.join(map(str, choices))}")
     return value
+
+
+def check_speeds(speeds, workers: int) -> np.ndarray:
+    """Relative worker speeds: ``workers`` positive finite numbers (``None``: all ones)."""
+    if speeds is None:
+        return np.ones(workers)
+    try:
+        arr = np.asarray(speeds, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.empty(0)
+    if arr.shape != (workers,) or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
+        raise SpecError("speeds", speeds, f"expected {workers} positive finite numbers (one per worker)")
+    return arr

@@ -48,6 +48,7 @@ from .compression import CompressorSpec, resolve_compressor
 from .checks import check_choice as _check_choice
 from .checks import check_float as _check_float
 from .checks import check_int as _check_int
+from .checks import check_speeds
 from .io import provenance
 from .kernels import optim as K
 from .specs import SpecError
@@ -335,16 +336,7 @@ def run_durations(problem: Problem, steps: int, speeds, time_per_step_s: float =
 
 
 def _check_speeds(problem: Problem, speeds) -> np.ndarray:
-    W = problem.workers
-    if speeds is None:
-        return np.ones(W)
-    try:
-        arr = np.asarray(speeds, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise SpecError("speeds", speeds, f"expected {W} positive finite numbers") from None
-    if arr.shape != (W,) or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
-        raise SpecError("speeds", speeds, f"expected {W} positive finite numbers (one per worker)")
-    return arr
+    return check_speeds(speeds, problem.workers)
 
 
 def compressor_seed(seed=0) -> int:

@@ -53,6 +53,7 @@ import xarray as xr
 from . import perfmodel
 from .checks import check_float as _check_float
 from .checks import check_int as _check_int
+from .checks import check_speeds
 from .convergence import steps_to_target, tokens_to_target
 from .io import provenance
 from .kernels.collectives import p2p_time, ring_phase_time
@@ -327,15 +328,7 @@ def _run_info(ds: xr.Dataset) -> tuple[str, int, dict]:
 
 
 def _check_speeds(speeds, W: int) -> np.ndarray:
-    if speeds is None:
-        return np.ones(W)
-    try:
-        arr = np.asarray(speeds, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise SpecError("speeds", speeds, f"expected {W} positive finite numbers (one per worker)") from None
-    if arr.shape != (W,) or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
-        raise SpecError("speeds", speeds, f"expected {W} positive finite numbers (one per worker)")
-    return arr
+    return check_speeds(speeds, W)
 
 
 def _check_step(step) -> WorkerStep:

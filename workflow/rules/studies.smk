@@ -120,3 +120,32 @@ rule heterogeneous_cluster:
         notebook=notebook_parameters("heterogeneous-cluster"),
     shell:
         PAPERMILL
+
+
+rule parallelism_strategies:
+    input:
+        notebook=study_notebook("parallelism-strategies"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "parallelism-strategies",
+            [
+                "strategies.nc",
+                "tp_pp_sweep.nc",
+                "published.nc",
+                "tflops_vs_gpus.png",
+                "tp_pp_heatmap.png",
+            ],
+        ),
+    log:
+        executed_notebook("parallelism-strategies"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("parallelism-strategies"),
+    shell:
+        PAPERMILL

@@ -1,0 +1,352 @@
+"""PTD-P vs ZeRO-3, and tensor vs pipeline parallelism (Narayanan et al. 2021, arXiv 2104.04473).
+
+Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM" (SC21), combine tensor parallelism inside a DGX A100 node, pipeline parallelism
+across nodes and data parallelism (PTD-P). Two of their results are reproduced here with the
+performance model (:mod:`trainscale.perfmodel`):
+
+* Table 2 / Fig. 10 (Sec. 5.2): at a fixed global batch, doubling the GPU count keeps PTD-P's
+  per-GPU throughput nearly flat, while ZeRO-3 without model parallelism loses about half of its
+  per-GPU throughput per doubling, because each GPU's share of the batch halves while every
+  GPU still gathers every layer's weights: PTD-P outperforms ZeRO-3 by 70% for 175B and 530B
+  when the GPU count doubles (Table 2: 149 vs 88 TFLOP/s at 768 GPUs, 167 vs 98 at 1120).
+* Fig. 13 (Sec. 5.4.1): for a 161B GPT (32 layers, hidden 20480, 128 heads) on 64 GPUs, of the
+  (pipeline, tensor) splits of the 64 GPUs, tensor parallelism equal to the GPUs per node (8)
+  gives the highest throughput.
+
+:func:`strategy_scaling` searches the best plan of each strategy (:func:`strategy_space`) at each
+GPU count ``base_gpus * 2**k`` (``k < doublings``) with :func:`trainscale.perfmodel.search`:
+
+* ``ptd-p``: tensor parallelism within the node (powers of two up to the GPUs per node),
+  pipeline parallelism across nodes (any degree dividing the GPU count that is a power of two or
+  divides the layers), interleaved schedules, micro-batch, data parallelism with or without a
+  sharded optimizer (ZeRO-1);
+* ``ptd-p-node-tp``: the same with the tensor-parallel degree fixed at the GPUs per node, the
+  paper's rule;
+* ``zero-3``: no model parallelism (tp = pp = 1), ZeRO-3 over all GPUs with DeepSpeed's
+  per-tensor parameter fetches, micro-batch searched.
+
+Every plan runs the paper's 2021 software (:data:`PAPER_SOFTWARE`): full activation
+recomputation, no FlashAttention, no sequence parallelism, the data-parallel reduction after the
+backward pass (not overlapped) - the settings under which the published runs are validated
+(:mod:`trainscale.validation`). Throughput is reported as the paper does, in hardware TFLOP/s per
+GPU (Megatron's eq. 3 counts the recomputed forward pass).
+
+:func:`tp_pp_sweep` prices every (tp, pp) pair of powers of two on a fixed GPU count (dp fills
+the rest) at each global batch, each at its best micro-batch. :func:`published_comparison`
+predicts the paper's own runs from ``data/published_runs.csv`` and marks those that coincide with
+a point of the strategy sweep.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import perfmodel
+from ..checks import check_choice, check_int
+from ..io import provenance
+from ..specs import ModelSpec, PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
+from ..validation import published_runs
+
+STRATEGIES = ("ptd-p", "ptd-p-node-tp", "zero-3")
+
+#: The software of the paper's runs (Megatron-LM and DeepSpeed, 2021), applied to every plan.
+PAPER_SOFTWARE = {"recompute": ["full"], "flash_attention": [0], "sequence_parallel": [0],
+                  "overlap_grad_reduce": [0]}
+
+#: Models of the paper that the catalog does not hold, by name (shapes exact from the paper).
+STUDY_MODELS = {
+    "gpt-161b": ModelSpec(
+        name="gpt-161b", layers=32, hidden=20480, heads=128, kv_heads=128, ffn_hidden=4 * 20480,
+        ffn_type="gelu", vocab=51200, seq_len=2048,
+        source="Narayanan et al. 2021 (arXiv 2104.04473) Sec. 5.4.1 / Fig. 13: 161-billion-parameter GPT, "
+               "32 transformer layers, 128 attention heads, hidden size 20480; GPT architecture as in "
+               "Megatron-LM (ffn = 4 x hidden, vocab padded to 51200, sequence 2048)"),
+}
+
+#: Narayanan et al. 2021, Table 2 (achieved hardware TFLOP/s per GPU), for the printed comparison
+#: only (figures show model numbers). Keyed by (layers, hidden): 174.6B and 529.6B GPT.
+#: The ZeRO-3 rows of 175B are also in ``data/published_runs.csv``. ``model_parallel`` is the PTD-P
+#: runs' (tp, pp): model-parallel size 96 and 280 with tp = 8 (Sec. 5.2), micro-batch 1.
+PAPER_TABLE2 = {
+    (96, 12288): {"label": "175B", "global_batch": 1536,
+                  "ptd-p": {384: 153.0, 768: 149.0, 1536: 141.0},
+                  "zero-3": {384: 144.0, 768: 88.0, 1536: 44.0},
+                  "doubled_gpus": 768, "model_parallel": (8, 12)},
+    (105, 20480): {"label": "530B", "global_batch": 2240,
+                   "ptd-p": {560: 171.0, 1120: 167.0, 2240: 159.0},
+                   "zero-3": {640: 138.0, 1120: 98.0, 2240: 48.0},  # 640 GPUs at batch 2560
+                   "doubled_gpus": 1120, "model_parallel": (8, 35)},
+}
+PAPER_SOURCE = "Narayanan et al. 2021 (arXiv 2104.04473) Table 2 and Sec. 5.2"
+PAPER_RATIO_AT_DOUBLE = 1.7  # "PTD-P outperforms ZeRO-3 by 70% for both models" (Sec. 5.2)
+
+
+def study_model(value) -> ModelSpec:
+    """A model by catalog name, or one of :data:`STUDY_MODELS`."""
+    if isinstance(value, str) and value in STUDY_MODELS:
+        return STUDY_MODELS[value]
+    return resolve_model(value)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    return [2**i for i in range(0, 24) if 2**i <= n]
+
+
+def _pipeline_degrees(model: ModelSpec, gpus: int) -> list[int]:
+    return [p for p in range(1, min(gpus, model.layers) + 1)
+            if gpus % p == 0 and (p & (p - 1) == 0 or model.layers % p == 0)]
+
+
+def strategy_space(strategy: str, model, system, gpus: int, global_batch: int) -> dict:
+    """The plan axes a strategy may choose from (its best plan is searched within them)."""
+    model, system = study_model(model), resolve_system(system)
+    check_choice("strategy", strategy, STRATEGIES)
+    micro = [b for b in (1, 2, 4, 8) if b <= global_batch]
+    common = {**{k: list(v) for k, v in PAPER_SOFTWARE.items()}, "micro_batch": micro}
+    if strategy == "zero-3":
+        return {**common, "tp": [1], "pp": [1], "zero": [3], "zero3_per_tensor": [1]}
+    if strategy == "ptd-p-node-tp":
+        tp = [system.gpus_per_node]
+    else:
+        tp = [t for t in _pow2_upto(system.gpus_per_node) if model.heads % t == 0 and model.kv_heads % t == 0]
+    return {**common, "tp": tp, "pp": _pipeline_degrees(model, gpus), "interleave": [1, 2, 3, 4],
+            "zero": [0, 1]}
+
+
+def best_plan(model, system, gpus: int, global_batch: int, space: dict, rerank: int = 8) -> dict | None:
+    """The best feasible plan of ``space`` (pipelines simulated), with its hardware and model
+    TFLOP/s per GPU; None when no plan fits."""
+    model, system = study_model(model), resolve_system(system)
+    _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=1, space=space, rerank=rerank)
+    if not ranked:
+        return None
+    plan = ranked[0]["plan"]
+    p = perfmodel.predict(RunSpec(id="best", model=model, system=system,
+                                  plan=perfmodel.plan_from_grid_entry(plan, int(global_batch))))
+    return {"plan": plan, "step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s,
+            "hardware_tflops_per_gpu": p.hardware_tflops_per_gpu, "model_tflops_per_gpu": p.model_tflops_per_gpu,
+            "memory_gib_per_gpu": p.memory_gib_per_gpu}
+
+
+PLAN_FIELDS = ("tp", "pp", "dp", "interleave", "micro_batch", "zero")
+FLOAT_META = {
+    "hardware_tflops_per_gpu": ("TFLOP/s", "hardware TFLOP/s per GPU"),
+    "model_tflops_per_gpu": ("TFLOP/s", "model FLOP rate per GPU"),
+    "tokens_per_s": ("tokens/s", "cluster throughput"),
+    "step_time_s": ("s", "step time"),
+    "memory_gib_per_gpu": ("GiB", "memory of the most loaded GPU"),
+}
+
+
+def _check_lists(models, base_gpus, global_batch):
+    if isinstance(models, str) or len(models) == 0:
+        raise SpecError("models", models, "expected a non-empty list of model names")
+    for name in ("base_gpus", "global_batch"):
+        values = base_gpus if name == "base_gpus" else global_batch
+        if isinstance(values, (str, int)) or len(values) != len(models):
+            raise SpecError(name, values, f"expected a list of {len(models)} positive integers, one per model")
+    return ([check_int("base_gpus", g) for g in base_gpus], [check_int("global_batch", b) for b in global_batch])
+
+
+def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_batch: Sequence[int],
+                     doublings: int = 3, system: str = "dgx-a100-80gb",
+                     strategies: Sequence[str] = STRATEGIES) -> xr.Dataset:
+    """Best plan of each strategy as the GPU count doubles at a fixed global batch.
+
+    Model ``i`` runs on ``base_gpus[i] * 2**k`` GPUs (``k = 0 .. doublings-1``, dim ``doubling``;
+    the 2-D coord ``gpus`` holds the counts) with ``global_batch[i]`` sequences per step. Returns
+    per (model, strategy, doubling) the best plan's rates, memory and plan fields (-1 where no plan
+    of the strategy fits), and ``speedup_vs_zero3``: throughput over ZeRO-3's at the same count.
+    """
+    base, batch = _check_lists(models, base_gpus, global_batch)
+    doublings = check_int("doublings", doublings, 1, 10)
+    system_spec = resolve_system(system)
+    if isinstance(strategies, str) or len(strategies) == 0:
+        raise SpecError("strategies", strategies, f"expected a non-empty subset of {', '.join(STRATEGIES)}")
+    for s in strategies:
+        check_choice("strategies", s, STRATEGIES)
+    specs = [study_model(m) for m in models]
+    shape = (len(models), len(strategies), doublings)
+    floats = {name: np.full(shape, np.nan) for name in FLOAT_META}
+    ints = {name: np.full(shape, -1, dtype=np.int64) for name in PLAN_FIELDS}
+    gpus = np.array([[b * 2**k for k in range(doublings)] for b in base], dtype=np.int64)
+    for i, model in enumerate(specs):
+        for j, strategy in enumerate(strategies):
+            for k in range(doublings):
+                n = int(gpus[i, k])
+                best = best_plan(model, system_spec, n, batch[i],
+                                 strategy_space(strategy, model, system_spec, n, batch[i]))
+                if best is None:
+                    continue
+                for name in FLOAT_META:
+                    floats[name][i, j, k] = best[name]
+                for name in PLAN_FIELDS:
+                    ints[name][i, j, k] = int(best["plan"][name])
+    dims = ("model", "strategy", "doubling")
+    data = {name: (dims, arr, {"units": FLOAT_META[name][0], "long_name": FLOAT_META[name][1]})
+            for name, arr in floats.items()}
+    for name, arr in ints.items():
+        data[name] = (dims, arr, {"units": "1", "long_name": f"best plan: {name.replace('_', ' ')} (-1: none fits)"})
+    data["fits"] = (dims, ints["tp"] > 0, {"units": "1", "long_name": "a plan of this strategy fits in memory"})
+    ds = xr.Dataset(data, coords={
+        "model": [m.name for m in specs], "strategy": list(strategies), "doubling": np.arange(doublings),
+        "gpus": (("model", "doubling"), gpus, {"units": "1", "long_name": "GPUs"}),
+        "global_batch": ("model", np.asarray(batch, dtype=np.int64),
+                         {"units": "sequences", "long_name": "global batch (fixed as GPUs double)"}),
+    })
+    ds["doubling"].attrs.update({"units": "1", "long_name": "doublings of the GPU count"})
+    paper_plan = np.full((len(models), doublings), np.nan)
+    for i, model in enumerate(specs):
+        ref = paper_reference(model)
+        if ref is None:
+            continue
+        tp, pp = ref["model_parallel"]
+        for k in range(doublings):
+            n = int(gpus[i, k])
+            if n % (tp * pp) or batch[i] % (n // (tp * pp)):
+                continue
+            plan = PlanSpec(tp=tp, pp=pp, dp=n // (tp * pp), micro_batch=1, global_batch=batch[i],
+                            recompute=PAPER_SOFTWARE["recompute"][0], flash_attention=False)
+            p = perfmodel.predict(RunSpec(id="paper-plan", model=model, system=system_spec, plan=plan))
+            if p.fits:
+                paper_plan[i, k] = p.hardware_tflops_per_gpu
+    ds["paper_plan_tflops_per_gpu"] = (("model", "doubling"), paper_plan, {
+        "units": "TFLOP/s", "long_name": "PTD-P with the paper's plan (Table 2: tp 8, its pp, micro-batch 1), "
+                                         "hardware FLOP rate per GPU (NaN: no Table 2 plan)"})
+    if "zero-3" in strategies:
+        ref = ds["tokens_per_s"].sel(strategy="zero-3")
+        ds["speedup_vs_zero3"] = (ds["tokens_per_s"] / ref).assign_attrs(
+            units="1", long_name="throughput over ZeRO-3's at the same GPU count")
+    ds.attrs.update(provenance({"models": [m.name for m in specs], "base_gpus": base, "global_batch": batch,
+                                "doublings": doublings, "system": system_spec.name,
+                                "strategies": list(strategies), "software": PAPER_SOFTWARE}))
+    ds.attrs["system"] = system_spec.name
+    ds.attrs["gpus_per_node"] = int(system_spec.gpus_per_node)
+    return ds
+
+
+def tp_pp_sweep(model: str = "gpt-161b", gpus: int = 64, global_batches: Sequence[int] = (32, 128),
+                system: str = "dgx-a100-80gb") -> xr.Dataset:
+    """Hardware TFLOP/s per GPU of every (tp, pp) pair of powers of two with ``tp * pp <= gpus``
+    (data parallelism ``gpus / (tp * pp)``), at each global batch, at the best micro-batch and
+    optimizer sharding (PTD-P space, no interleaving, the paper's software)."""
+    model_spec, system_spec = study_model(model), resolve_system(system)
+    gpus = check_int("gpus", gpus, 1)
+    if gpus & (gpus - 1):
+        raise SpecError("gpus", gpus, "expected a power of two")
+    if isinstance(global_batches, (str, int)) or len(global_batches) == 0:
+        raise SpecError("global_batches", global_batches, "expected a non-empty list of positive integers")
+    batches = [check_int("global_batches", b) for b in global_batches]
+    degrees = _pow2_upto(gpus)
+    shape = (len(batches), len(degrees), len(degrees))
+    tflops, mtflops, tokens = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+    micro, dp = np.full(shape, -1, dtype=np.int64), np.full(shape, -1, dtype=np.int64)
+    base = strategy_space("ptd-p", model_spec, system_spec, gpus, max(batches))
+    for b, batch in enumerate(batches):
+        for i, tp in enumerate(degrees):
+            for j, pp in enumerate(degrees):
+                if tp * pp > gpus or pp > model_spec.layers or model_spec.heads % tp:
+                    continue
+                space = {**base, "tp": [tp], "pp": [pp], "interleave": [1],
+                         "micro_batch": [m for m in (1, 2, 4, 8) if m <= batch]}
+                best = best_plan(model_spec, system_spec, gpus, batch, space, rerank=4)
+                if best is None:
+                    continue
+                tflops[b, i, j] = best["hardware_tflops_per_gpu"]
+                mtflops[b, i, j] = best["model_tflops_per_gpu"]
+                tokens[b, i, j] = best["tokens_per_s"]
+                micro[b, i, j] = best["plan"]["micro_batch"]
+                dp[b, i, j] = best["plan"]["dp"]
+    dims = ("global_batch", "tp", "pp")
+    ds = xr.Dataset({
+        "hardware_tflops_per_gpu": (dims, tflops, {"units": "TFLOP/s", "long_name": FLOAT_META[
+            "hardware_tflops_per_gpu"][1]}),
+        "model_tflops_per_gpu": (dims, mtflops, {"units": "TFLOP/s", "long_name": "model FLOP rate per GPU"}),
+        "tokens_per_s": (dims, tokens, {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "micro_batch": (dims, micro, {"units": "1", "long_name": "best micro-batch (-1: no plan fits)"}),
+        "dp": (dims, dp, {"units": "1", "long_name": "data-parallel degree (-1: no plan fits)"}),
+        "fits": (dims, micro > 0, {"units": "1", "long_name": "a plan with this tp and pp fits in memory"}),
+    }, coords={"global_batch": np.asarray(batches, dtype=np.int64), "tp": np.asarray(degrees, dtype=np.int64),
+               "pp": np.asarray(degrees, dtype=np.int64)})
+    ds["global_batch"].attrs.update({"units": "sequences", "long_name": "global batch"})
+    ds["tp"].attrs.update({"units": "1", "long_name": "tensor-parallel degree"})
+    ds["pp"].attrs.update({"units": "1", "long_name": "pipeline-parallel degree"})
+    ds.attrs.update(provenance({"model": model_spec.name, "gpus": gpus, "global_batches": batches,
+                                "system": system_spec.name, "software": PAPER_SOFTWARE}))
+    ds.attrs.update({"model": model_spec.name, "system": system_spec.name, "gpus": gpus,
+                     "gpus_per_node": int(system_spec.gpus_per_node), "params": float(model_spec.params())})
+    return ds
+
+
+def best_tp(sweep: xr.Dataset, fixed_model_parallel: bool = True) -> xr.DataArray:
+    """The tensor-parallel degree of the highest-throughput cell, per global batch; with
+    ``fixed_model_parallel`` only among the cells with ``tp * pp`` = the GPU count (dp = 1), the
+    comparison of the paper's Fig. 13, else over the whole grid."""
+    rate = sweep["hardware_tflops_per_gpu"]
+    if fixed_model_parallel:
+        rate = rate.where(sweep["tp"] * sweep["pp"] == int(sweep.attrs["gpus"]))
+    flat = rate.fillna(-1.0).stack(cell=("tp", "pp"))
+    best = flat["tp"].values[flat.argmax("cell").values]
+    return xr.DataArray(np.asarray(best, dtype=np.int64), coords={"global_batch": sweep["global_batch"].values},
+                        dims="global_batch", name="best_tp")
+
+
+def paper_reference(model) -> dict | None:
+    """The paper's Table 2 entry for a model of the same shape, or None."""
+    m = study_model(model)
+    return PAPER_TABLE2.get((m.layers, m.hidden))
+
+
+def published_comparison(scaling: xr.Dataset | None = None) -> xr.Dataset:
+    """Predicted vs measured hardware TFLOP/s per GPU for the paper's runs (Narayanan et al. 2021
+    rows of ``data/published_runs.csv``), each priced with its published plan; with ``scaling``
+    (from :func:`strategy_scaling`), ``study_tflops_per_gpu`` is the study's best plan of the same
+    strategy at the same model shape, GPU count and batch (NaN where the sweep has no such point)."""
+    runs = [m for m in published_runs() if "Narayanan et al. 2021" in m.source
+            and m.metric == "hardware_tflops_per_gpu"]
+    n = len(runs)
+    measured, predicted, study = np.empty(n), np.empty(n), np.full(n, np.nan)
+    strategy, gpus, model = [], np.empty(n, dtype=np.int64), []
+    shapes = {}
+    if scaling is not None:
+        shapes = {(study_model(name).layers, study_model(name).hidden, study_model(name).heads): name
+                  for name in scaling["model"].values.tolist()}
+    for r, m in enumerate(runs):
+        measured[r] = m.measured
+        predicted[r] = perfmodel.predict(m.run).hardware_tflops_per_gpu
+        plan, spec = m.run.plan, m.run.model
+        strat = "zero-3" if plan.zero == 3 and plan.tp == plan.pp == 1 else "ptd-p"
+        strategy.append(strat)
+        gpus[r] = m.run.gpus
+        model.append(spec.name)
+        name = shapes.get((spec.layers, spec.hidden, spec.heads))
+        if name is not None and strat in scaling["strategy"].values:
+            row = scaling.sel(model=name)
+            hit = np.flatnonzero(row["gpus"].values == m.run.gpus)
+            if hit.size and int(row["global_batch"]) == plan.global_batch:
+                study[r] = float(row["hardware_tflops_per_gpu"].sel(strategy=strat).isel(doubling=int(hit[0])))
+    ds = xr.Dataset({
+        "measured_tflops_per_gpu": ("run", measured, {"units": "TFLOP/s",
+                                                      "long_name": "published hardware FLOP rate per GPU"}),
+        "predicted_tflops_per_gpu": ("run", predicted, {"units": "TFLOP/s",
+                                                        "long_name": "predicted, with the published plan"}),
+        "study_tflops_per_gpu": ("run", study, {"units": "TFLOP/s",
+                                                "long_name": "predicted, the study's best plan of the strategy"}),
+        "rel_error": ("run", predicted / measured - 1.0, {"units": "1",
+                                                          "long_name": "predicted / published - 1"}),
+    }, coords={"run": [m.run.id for m in runs],
+               "strategy": ("run", strategy, {"units": "1", "long_name": "strategy of the published run"}),
+               "gpus": ("run", gpus, {"units": "1", "long_name": "GPUs"}),
+               "model": ("run", model, {"units": "1", "long_name": "model"})})
+    ds.attrs.update(provenance({"source": "data/published_runs.csv, Narayanan et al. 2021 rows",
+                                "scaling_models": [] if scaling is None else scaling["model"].values.tolist()}))
+    return ds
+
+
+__all__ = ["STRATEGIES", "PAPER_SOFTWARE", "PAPER_TABLE2", "PAPER_RATIO_AT_DOUBLE", "STUDY_MODELS", "best_plan",
+           "best_tp", "paper_reference", "published_comparison", "strategy_scaling", "strategy_space", "study_model",
+           "tp_pp_sweep"]

@@ -36,6 +36,9 @@ SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
     "scale_out_GBps_per_gpu": ("GB/s", "scale-out network bandwidth per GPU, unidirectional"),
     "scale_out_latency_s": ("s", "scale-out latency per collective step (alpha)"),
     "node_overhead_W": ("W", "node power besides the GPUs (CPUs, switches, NICs, fans)"),
+    "scale_out_leaf_gpus": ("GPUs", "GPUs under one leaf switch of a two-tier fat-tree (0: one flat tier)"),
+    "scale_out_oversubscription": ("1", "leaf-to-spine oversubscription; bandwidth across the spine is divided by it"),
+    "scale_out_hop_latency_s": ("s", "latency per switch hop (2 hops inside a leaf, 4 across the spine)"),
 }
 
 

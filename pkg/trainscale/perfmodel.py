@@ -16,7 +16,7 @@ import xarray as xr
 
 from . import catalog
 from .kernels import layout as K
-from .kernels.grid import evaluate_grid as _grid_kernel
+from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.plan import chunk_layers, layer_costs, plan_costs, power_draw
 from .specs import RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
@@ -37,6 +37,12 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_VOCAB] = model.vocab
     vec[K.M_SEQ] = model.seq_len
     vec[K.M_PARAMS_LAYER] = model.params_per_layer()
+    vec[K.M_EXPERTS] = model.experts
+    vec[K.M_TOP_K] = model.top_k
+    vec[K.M_CAPACITY] = model.capacity_factor
+    if model.is_moe:  # the layer's shared part; its experts in their own slot
+        vec[K.M_PARAMS_LAYER] = model.shared_params_per_layer()
+        vec[K.M_PARAMS_EXPERTS] = model.expert_params_per_layer()
     positions = model.seq_len * h if model.has_biases else 0
     vec[K.M_PARAMS_EMBED] = model.vocab * h + positions
     vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
@@ -58,6 +64,9 @@ def system_vector(system: SystemSpec) -> np.ndarray:
     vec[K.S_SCALE_UP_LAT] = system.scale_up_latency_s
     vec[K.S_SCALE_OUT_BW] = system.scale_out_GBps_per_gpu * 1e9
     vec[K.S_SCALE_OUT_LAT] = system.scale_out_latency_s
+    vec[K.S_LEAF_GPUS] = system.scale_out_leaf_gpus
+    vec[K.S_OVERSUB] = system.scale_out_oversubscription
+    vec[K.S_HOP_LAT] = system.scale_out_hop_latency_s
     return vec
 
 
@@ -102,7 +111,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
 def plan_fields(plan: PlanSpec) -> tuple:
     return (plan.tp, plan.pp, plan.dp, plan.cp, plan.interleave, plan.micro_batch, plan.global_batch,
             RECOMPUTE_MODES.index(plan.recompute), plan.sequence_parallel, plan.zero, plan.shard_group,
-            plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor)
+            plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor, plan.ep)
 
 
 # --------------------------------------------------------------------------- one run
@@ -150,12 +159,12 @@ class Prediction:
 def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
     """The kernel's result vector (layout ``O_*``) of one plan, pipeline in closed form."""
     mvec, svec = model_vector(model), system_vector(system)
-    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor) = plan_fields(plan)
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)
-    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc)
+    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep)
     out = np.empty(K.O_SIZE)
     plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
-               per_tensor, out)
+               per_tensor, out, ep)
     return out
 
 
@@ -190,9 +199,9 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     busiest = float(free.busy_s[0].max())
 
     closed_busy = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + (
-        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED])
+        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) + out[K.O_EP_COMM]
     scale = busiest / closed_busy
-    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM):
+    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM):
         out[slot] *= scale
     out[K.O_DP_COMM] = (out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) * scale + out[K.O_DP_EXPOSED]
     out[K.O_PP_COMM] = makespan - makespan_free
@@ -210,7 +219,8 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
     step = float(out[K.O_STEP])
     tokens = global_batch * model.seq_len
     reason_code = int(out[K.O_REASON])
-    breakdown = {name: float(out[K.O_COMPUTE + i]) for i, name in enumerate(K.BREAKDOWN)}
+    names = K.BREAKDOWN_MOE if model.is_moe else K.BREAKDOWN  # ep_comm only where there are experts
+    breakdown = {name: float(out[slot]) for name, slot in zip(names, K.BREAKDOWN_SLOTS)}
     peak = system.peak_flops_bf16
     return Prediction(
         id=run_id,
@@ -250,6 +260,13 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
 # --------------------------------------------------------------------------- grids
 GRID_AXES = ("tp", "pp", "cp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
              "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor")
+# the expert-parallel axis: a grid has it (last) only when the caller asks for it
+EP_AXIS = "ep"
+
+
+def grid_axes(grid: xr.Dataset) -> tuple[str, ...]:
+    """The plan axes of an evaluated grid, in order (``GRID_AXES``, then ``ep`` if it was swept)."""
+    return tuple(grid["step_time_s"].dims)
 
 
 def _axis(values, name: str) -> np.ndarray:
@@ -281,31 +298,33 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     """
     model = resolve_model(model)
     system = resolve_system(system)
-    unknown = set(axes) - set(GRID_AXES)
+    unknown = set(axes) - set(GRID_AXES) - {EP_AXIS}
     if unknown:
         name = sorted(unknown)[0]
-        raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES)}")
+        raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + (EP_AXIS,))}")
     defaults = {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
                 "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0]}
-    values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in GRID_AXES}
-    arrays = [_axis(values[name], name) for name in GRID_AXES]
+    names = GRID_AXES + ((EP_AXIS,) if EP_AXIS in axes else ())
+    values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
+    arrays = [_axis(values[name], name) for name in names]
+    ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
     calib = calibration_vector(system.generation, calibration)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
-                                *arrays)
+                                *arrays, ep)
     return grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
 
 
 def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list], model: ModelSpec,
                  system: SystemSpec, gpus: int, global_batch: int,
                  calibration: Mapping | None = None) -> xr.Dataset:
-    shape = tuple(len(values[name]) for name in GRID_AXES)
+    dims = GRID_AXES + ((EP_AXIS,) if EP_AXIS in values else ())
+    shape = tuple(len(values[name]) for name in dims)
     res = results.reshape(shape + (K.O_SIZE,))
     step = res[..., K.O_STEP]
     tokens = global_batch * model.seq_len
     peak = system.peak_flops_bf16
     reason = np.nan_to_num(res[..., K.O_REASON], nan=K.R_GPUS).astype(np.int8)
-    dims = GRID_AXES
-    coords = {name: values[name] for name in GRID_AXES}
+    coords = {name: values[name] for name in dims}
 
     def var(data, units, long_name):
         return xr.Variable(dims, data, {"units": units, "long_name": long_name})
@@ -323,8 +342,10 @@ def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list
         "fits": var(reason == K.R_OK, "1", "valid and fits in memory"),
         "reason": var(reason, "1", "why masked: index into the attribute reasons"),
     }
-    for i, name in enumerate(K.BREAKDOWN):
-        data[f"time_{name}_s"] = var(res[..., K.O_COMPUTE + i], "s", f"step time: {name.replace('_', ' ')}")
+    for name, slot in zip(K.BREAKDOWN_MOE, K.BREAKDOWN_SLOTS):
+        if name == "ep_comm" and not model.is_moe:
+            continue
+        data[f"time_{name}_s"] = var(res[..., slot], "s", f"step time: {name.replace('_', ' ')}")
     ds = xr.Dataset(data, coords=coords)
     ds["reason"].attrs["reasons"] = list(K.REASONS)
     ds.attrs.update({"model": model.name, "system": system.name, "gpus": int(gpus),
@@ -338,11 +359,13 @@ def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch:
 
     ``shard_group`` adds hybrid sharding (HSDP) for ZeRO >= 1: besides sharding over all of dp
     (0), shard groups of one node (8 GPUs) up to 512 ranks in powers of two (below the GPU count).
+    A mixture-of-experts model adds the ``ep`` axis: every power of two dividing its experts.
     """
     pow2 = [2**i for i in range(0, 14) if 2**i <= gpus]
     pp = sorted({p for p in pow2 + [3, 5, 6, 12, 24] if p <= model.layers and gpus % p == 0})
     shard = [0] + [g for g in pow2 if 8 <= g <= min(512, gpus // 2)]
-    return {
+    moe = {EP_AXIS: [e for e in pow2 if model.experts % e == 0]} if model.is_moe else {}
+    return {**moe,
         "tp": [t for t in pow2 if t <= min(model.heads, 64)],
         "pp": pp,
         "cp": [c for c in pow2 if c <= 16],
@@ -393,9 +416,10 @@ def rank(grid: xr.Dataset, top: int) -> list[dict]:
         return []
     order = flat[np.argsort(step.ravel()[flat], kind="stable")][:top]
     ranked = []
+    axes = grid_axes(grid)
     for index in order:
         idx = np.unravel_index(index, step.shape)
-        plan = {name: grid[name].values[i].item() for name, i in zip(GRID_AXES, idx)}
+        plan = {name: grid[name].values[i].item() for name, i in zip(axes, idx)}
         plan["dp"] = int(grid["dp"].values[idx])
         for key in ("sequence_parallel", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor"):
             plan[key] = bool(plan[key])
@@ -422,9 +446,9 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     sequence_parallel=bool(p["sequence_parallel"]), zero=p["zero"],
                     shard_group=p.get("shard_group", 0), overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
                     flash_attention=bool(p["flash_attention"]),
-                    zero3_per_tensor=bool(p.get("zero3_per_tensor", False)))
+                    zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)))
 
 
 __all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
-           "plan_from_grid_entry"]
+           "plan_from_grid_entry", "EP_AXIS", "grid_axes"]

@@ -82,11 +82,17 @@ def _reject_unknown(d: Mapping, known, where: str | None, what: str) -> None:
 # --------------------------------------------------------------------------- model
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense decoder-only transformer.
+    """A decoder-only transformer, dense or mixture of experts.
 
     ``ffn_hidden`` is the width of each feed-forward matrix: two matrices (h x f, f x h) with
     biases for ``gelu`` (GPT), three without biases for ``swiglu`` (Llama: gate, up, down).
     Input embedding and output projection are untied (both counted).
+
+    Mixture of experts: ``experts > 1`` replaces the FFN of every layer by ``experts`` FFNs of
+    that shape and a router (an ``h x experts`` matrix, no bias); each token goes to ``top_k`` of
+    them, and an expert processes at most ``capacity_factor`` times its balanced share of the
+    routed tokens (the compute is padded to that capacity). The defaults (1 expert, top-1,
+    capacity 1.0) are the dense model.
     """
 
     name: str
@@ -99,6 +105,13 @@ class ModelSpec:
     vocab: int
     seq_len: int
     source: str = ""
+    experts: int = 1
+    top_k: int = 1
+    capacity_factor: float = 1.0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
 
     @property
     def head_dim(self) -> int:
@@ -113,14 +126,31 @@ class ModelSpec:
         return self.ffn_type == "gelu"
 
     def params_per_layer(self) -> int:
-        """Weights (and GPT biases) of one transformer layer."""
-        h, f = self.hidden, self.ffn_hidden
+        """Weights (and GPT biases) of one transformer layer (all experts of a MoE layer)."""
+        return self.shared_params_per_layer() + self.expert_params_per_layer()
+
+    def expert_params_per_layer(self) -> int:
+        """Weights (and GPT biases) of one layer's experts: all of them for a mixture of experts,
+        0 for a dense model (whose FFN is shared)."""
+        if not self.is_moe:
+            return 0
+        return self.experts * self._ffn_params()
+
+    def shared_params_per_layer(self) -> int:
+        """Weights of one layer outside its experts: attention, norms, the router of a MoE layer,
+        and the FFN of a dense one."""
+        h = self.hidden
         kv = self.kv_heads * self.head_dim
         attention = h * (h + 2 * kv) + h * h
-        mlp = self.ffn_matrices * h * f
         norms = 4 * h if self.has_biases else 2 * h  # LayerNorm has a bias, RMSNorm does not
-        biases = (h + 2 * kv) + h + f + h if self.has_biases else 0
-        return attention + mlp + norms + biases
+        biases = (h + 2 * kv) + h if self.has_biases else 0
+        if self.is_moe:
+            return attention + norms + biases + h * self.experts  # router
+        return attention + norms + biases + self._ffn_params()
+
+    def _ffn_params(self) -> int:
+        h, f = self.hidden, self.ffn_hidden
+        return self.ffn_matrices * h * f + (f + h if self.has_biases else 0)
 
     def tensors_per_layer(self) -> int:
         """Parameter tensors of one layer: GPT's fused QKV, projection, two FFN matrices, each with
@@ -135,6 +165,12 @@ class ModelSpec:
         positions = self.seq_len * h if self.has_biases else 0
         final_norm = 2 * h if self.has_biases else h
         return self.layers * self.params_per_layer() + 2 * self.vocab * h + positions + final_norm
+
+    def active_params(self) -> int:
+        """Parameters a token uses: all of a dense model; a MoE model's ``top_k`` experts per layer."""
+        if not self.is_moe:
+            return self.params()
+        return self.params() - self.layers * (self.experts - self.top_k) * self._ffn_params()
 
     @classmethod
     def from_dict(cls, d: Mapping, name: str = "custom", where: str | None = None) -> "ModelSpec":
@@ -152,6 +188,11 @@ class ModelSpec:
             default_ffn = 4 * hidden
         else:  # Llama convention: 2/3 of 4h, rounded up to a multiple of 256
             default_ffn = 256 * math.ceil(8 * hidden / 3 / 256)
+        experts = _int(d, "experts", where, 1)
+        top_k = _int(d, "top_k", where, 1)
+        if top_k > experts:
+            raise SpecError("top_k", top_k, f"expected at most experts = {experts}", where)
+        capacity = _float(d, "capacity_factor", where, 1.0, minimum=1.0)
         return cls(
             name=str(d.get("name", name)),
             layers=_int(d, "layers", where),
@@ -163,6 +204,9 @@ class ModelSpec:
             vocab=_int(d, "vocab", where),
             seq_len=_int(d, "seq_len", where),
             source=str(d.get("source", "")),
+            experts=experts,
+            top_k=top_k,
+            capacity_factor=capacity,
         )
 
 
@@ -184,7 +228,15 @@ def resolve_model(value: str | Mapping | ModelSpec, where: str | None = None) ->
 @dataclass(frozen=True)
 class SystemSpec:
     """A cluster building block: nodes of identical accelerators, a scale-up domain (NVLink /
-    NVSwitch / Infinity Fabric) and a scale-out network. Bandwidths are unidirectional per GPU."""
+    NVSwitch / Infinity Fabric) and a scale-out network. Bandwidths are unidirectional per GPU.
+
+    The scale-out topology fields are optional. ``scale_out_leaf_gpus`` (default 0: one flat
+    tier, every NIC on the same switch layer) is the number of GPUs under one leaf switch of a
+    two-tier fat-tree; collectives whose group spans more than one leaf cross the spine, where
+    the bandwidth is divided by ``scale_out_oversubscription`` (default 1.0, non-blocking).
+    ``scale_out_hop_latency_s`` (default 0.0: the hops are inside ``scale_out_latency_s``) is
+    added per link hop to every scale-out step: 2 hops inside a leaf, 4 across the spine.
+    """
 
     name: str
     accelerator: str
@@ -203,13 +255,20 @@ class SystemSpec:
     scale_out_GBps_per_gpu: float
     scale_out_latency_s: float
     node_overhead_W: float = 0.0
+    scale_out_leaf_gpus: int = 0
+    scale_out_oversubscription: float = 1.0
+    scale_out_hop_latency_s: float = 0.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     NUMERIC_FIELDS = (
         "peak_flops_bf16", "peak_flops_fp8", "sm_count", "hbm_capacity_GiB", "hbm_bandwidth_GBps",
         "tdp_W", "idle_W", "gpus_per_node", "scale_up_domain", "scale_up_GBps_per_gpu",
         "scale_up_latency_s", "scale_out_GBps_per_gpu", "scale_out_latency_s", "node_overhead_W",
+        "scale_out_leaf_gpus", "scale_out_oversubscription", "scale_out_hop_latency_s",
     )
+    # optional fields and their defaults (an entry without them loads unchanged)
+    OPTIONAL_DEFAULTS = {"node_overhead_W": 0.0, "scale_out_leaf_gpus": 0, "scale_out_oversubscription": 1.0,
+                         "scale_out_hop_latency_s": 0.0}
 
     @classmethod
     def overridable_fields(cls) -> tuple[str, ...]:
@@ -252,8 +311,12 @@ class SystemSpec:
                 kwargs[key] = _int(values, key, where)
             elif key == "peak_flops_fp8":
                 kwargs[key] = _float(values, key, where, allow_none=True)
-            elif key == "node_overhead_W":
-                kwargs[key] = _float(values, key, where, default=0.0)
+            elif key == "scale_out_leaf_gpus":
+                kwargs[key] = _int(values, key, where, default=0, minimum=0)
+            elif key == "scale_out_oversubscription":
+                kwargs[key] = _float(values, key, where, default=1.0, minimum=1.0)
+            elif key in cls.OPTIONAL_DEFAULTS:
+                kwargs[key] = _float(values, key, where, default=cls.OPTIONAL_DEFAULTS[key])
             else:
                 kwargs[key] = _float(values, key, where)
         for key in ("peak_flops_bf16", "hbm_bandwidth_GBps", "hbm_capacity_GiB", "scale_up_GBps_per_gpu",
@@ -262,6 +325,11 @@ class SystemSpec:
                 raise SpecError(key, kwargs[key], "expected a number > 0", where)
         if kwargs["idle_W"] > kwargs["tdp_W"]:
             raise SpecError("idle_W", kwargs["idle_W"], f"must not exceed tdp_W = {kwargs['tdp_W']}", where)
+        leaf = kwargs["scale_out_leaf_gpus"]
+        if leaf and leaf % kwargs["gpus_per_node"]:
+            raise SpecError("scale_out_leaf_gpus", leaf,
+                            f"must be 0 (one flat tier) or a multiple of gpus_per_node = {kwargs['gpus_per_node']}",
+                            where)
         if kwargs["scale_up_domain"] % kwargs["gpus_per_node"]:
             raise SpecError("scale_up_domain", kwargs["scale_up_domain"],
                             f"must be a multiple of gpus_per_node = {kwargs['gpus_per_node']}", where)
@@ -297,6 +365,9 @@ class PlanSpec:
     ``zero3_per_tensor`` makes ZeRO-3 fetch each parameter tensor separately, as DeepSpeed's
     ZeRO-3 did in the published comparison (Narayanan et al. 2021); off means one flat all-gather
     per layer, as PyTorch FSDP does.
+    ``ep`` is the expert-parallel degree of a mixture-of-experts model: each expert lives on one
+    of ``ep`` data-parallel ranks (``ep`` divides ``dp`` and the experts; it takes no GPUs of its
+    own, as in Megatron-LM and DeepSpeed-MoE). 1 (the default) for dense models.
     """
 
     tp: int = 1
@@ -313,6 +384,7 @@ class PlanSpec:
     overlap_grad_reduce: bool = False
     flash_attention: bool = False
     zero3_per_tensor: bool = False
+    ep: int = 1
 
     @property
     def gpus(self) -> int:
@@ -353,6 +425,7 @@ class PlanSpec:
             overlap_grad_reduce=_bool(d, "overlap_grad_reduce", where, False),
             flash_attention=_bool(d, "flash_attention", where, False),
             zero3_per_tensor=_bool(d, "zero3_per_tensor", where, False),
+            ep=_int(d, "ep", where, 1),
         )
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)
@@ -361,6 +434,8 @@ class PlanSpec:
                             where)
         if plan.shard_group and plan.dp % plan.shard_group:
             raise SpecError("plan.shard_group", plan.shard_group, f"must divide dp = {plan.dp}", where)
+        if plan.dp % plan.ep:
+            raise SpecError("plan.ep", plan.ep, f"must divide dp = {plan.dp}", where)
         if plan.global_batch % (plan.dp * plan.micro_batch):
             raise SpecError("plan.global_batch", plan.global_batch,
                             f"must be divisible by dp*micro_batch = {plan.dp}*{plan.micro_batch}", where)
@@ -379,6 +454,11 @@ class PlanSpec:
                             f"layers = {model.layers}", where)
         if model.seq_len % self.cp:
             raise SpecError("plan.cp", self.cp, f"must divide seq_len = {model.seq_len}", where)
+        if self.ep > 1 and not model.is_moe:
+            raise SpecError("plan.ep", self.ep, f"expert parallelism needs a mixture of experts; "
+                            f"{model.name} is dense (use ep = 1)", where)
+        if model.is_moe and model.experts % self.ep:
+            raise SpecError("plan.ep", self.ep, f"must divide experts = {model.experts}", where)
         if self.interleave > 1 and self.pp == 1:
             raise SpecError("plan.interleave", self.interleave, "interleaving needs pp > 1", where)
         if self.interleave > 1 and self.micro_batches % self.pp:

@@ -30,6 +30,27 @@ across domains (one ring per local rank, each on its own NIC), all-gather inside
 An all-reduce takes the fastest of the three, as NCCL's tuner does; all-gather and reduce-scatter
 are ring-only in NCCL. Because the latency term grows with the step count, the achieved bus
 bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus efficiency.
+
+All-to-all (expert-parallel dispatch and combine; pairwise exchange, as NCCL's grouped
+send/receive): every GPU holds ``S`` bytes, ``S/n`` for each member. The ``n_in - 1`` peers in
+its domain are reached over the scale-up links, the ``n - n_in`` others through its own NIC, both
+at once, one latency per peer:
+
+.. math:: T_\mathrm{a2a} = (n_\mathrm{in}-1)\,\alpha_\mathrm{up} + (n-n_\mathrm{in})\,\alpha_\mathrm{out}
+          + \max\left(\frac{n_\mathrm{in}-1}{n}\frac{S}{\eta B_\mathrm{up}},\
+          \frac{n-n_\mathrm{in}}{n}\frac{S}{\eta B_\mathrm{out}}\right)
+
+Scale-out topology (:func:`tier_link`): the scale-out network is either one flat tier (every NIC
+on one switch layer, e.g. a high-radix optical fabric) or a two-tier fat-tree whose leaf switches
+each serve ``L`` GPUs and are ``r : 1`` oversubscribed towards the spine. A group laid
+contiguously over ``n * stride`` ranks stays under one leaf when that span is at most ``L``
+(2 link hops per message: NIC - leaf - NIC); otherwise its traffic crosses the spine (4 hops)
+and gets the spine's share of the NIC bandwidth:
+
+.. math:: B_\mathrm{out}' = B_\mathrm{out} / r,\qquad
+          \alpha_\mathrm{out}' = \alpha_\mathrm{out} + h\,\alpha_\mathrm{hop},\quad h \in \{2, 4\}
+
+With the defaults (``L = 0``: one tier, ``r = 1``, ``alpha_hop = 0``) the link is unchanged.
 """
 
 import math
@@ -97,6 +118,32 @@ def allreduce_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, ef
         if hier < best:
             best = hier
     return best
+
+
+@njit(cache=True)
+def tier_link(n, stride, bw_out, lat_out, leaf_gpus, oversubscription, hop_latency):
+    """(bandwidth, per-step latency) of the scale-out network for a group of ``n`` GPUs whose
+    members are ``stride`` ranks apart: crossing the spine of a two-tier fat-tree divides the
+    bandwidth by the oversubscription and doubles the link hops."""
+    crosses = leaf_gpus > 0 and n * stride > leaf_gpus
+    if crosses:
+        bw = bw_out / oversubscription if oversubscription > 1.0 else bw_out
+        return bw, lat_out + 4.0 * hop_latency
+    return bw_out, lat_out + 2.0 * hop_latency
+
+
+@njit(cache=True)
+def alltoall_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency):
+    """All-to-all in which every GPU holds ``nbytes`` (``nbytes / n`` for each member)."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    n_in, n_out = group_split(n, stride, domain)
+    if n_out == 1:
+        return (n - 1) * lat_up + (n - 1) / n * nbytes / (efficiency * bw_up)
+    inside = (n_in - 1) / n * nbytes / (efficiency * bw_up)
+    outside = (n - n_in) / n * nbytes / (efficiency * bw_out)
+    latency = (n_in - 1) * lat_up + (n - n_in) * lat_out
+    return latency + (inside if inside > outside else outside)
 
 
 @njit(cache=True)

@@ -17,7 +17,12 @@ M_PARAMS_LAYER = 8
 M_PARAMS_EMBED = 9  # input embedding (+ learned positions)
 M_PARAMS_HEAD = 10  # output projection (+ final norm)
 M_TENSORS_LAYER = 11  # parameter tensors per layer (DeepSpeed-style ZeRO-3 fetches each one)
-M_SIZE = 12
+# mixture of experts (all zero for a dense model: the kernels then take the dense path)
+M_EXPERTS = 12  # experts per MoE layer (0 or 1: dense)
+M_TOP_K = 13  # experts each token is routed to
+M_CAPACITY = 14  # capacity factor: tokens an expert processes, relative to a perfectly balanced share
+M_PARAMS_EXPERTS = 15  # parameters of all experts of one layer (M_PARAMS_LAYER then holds the rest)
+M_SIZE = 16
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0
@@ -32,7 +37,11 @@ S_SCALE_UP_BW = 8
 S_SCALE_UP_LAT = 9
 S_SCALE_OUT_BW = 10
 S_SCALE_OUT_LAT = 11
-S_SIZE = 12
+# scale-out topology (all zero: one flat tier, the per-step latency already includes the hops)
+S_LEAF_GPUS = 12  # GPUs under one tier-1 (leaf) switch of a two-tier fat-tree; 0 = one flat tier
+S_OVERSUB = 13  # leaf oversubscription (downlink / uplink bandwidth); <= 1 = non-blocking
+S_HOP_LAT = 14  # latency per link hop, added to the per-step latency (2 hops in a leaf, 4 via the spine)
+S_SIZE = 15
 
 # calibration vector (per accelerator generation)
 C_GEMM_PEAK_EFF = 0  # fitted: best achievable fraction of peak for a large GEMM
@@ -44,7 +53,8 @@ C_KERNEL_S = 5  # fixed cost per kernel (launch + tail)
 C_HBM_EFF = 6  # achievable fraction of HBM bandwidth for streaming kernels
 C_RESERVED_BYTES = 7  # memory held by the framework, CUDA context, NCCL buffers
 C_POWER_COMPUTE = 8  # share of dynamic power drawn by the compute units at full use
-C_POWER_MEMORY = 9  # share drawn by HBM traffic at full bandwidth
+C_POWER_MEMORY = 9
+R_EP = 10  # share drawn by HBM traffic at full bandwidth
 C_SIZE = 10
 
 # recomputation modes
@@ -71,7 +81,9 @@ L_FLOPS_FWD = 14  # model FLOPs of one layer forward (whole layer, all TP ranks)
 L_FLOPS_RECOMP = 15  # hardware FLOPs of the recomputed part (whole layer)
 L_FLOPS_HEAD = 16  # model FLOPs of the output projection forward
 L_HBM_TIME = 17  # time spent in memory-bound kernels, fwd + bwd + recompute (for power)
-L_SIZE = 18
+L_FWD_EP = 18  # expert-parallel all-to-all (dispatch + combine), forward
+L_BWD_EP = 19  # the same in the backward pass, with the recomputed forward's
+L_SIZE = 20
 
 # plan-result vector
 O_STEP = 0
@@ -99,10 +111,14 @@ O_P2P = 20  # one activation transfer between neighbouring stages
 O_DP_EXPOSED = 21  # per step: exposed data-parallel gradient synchronisation
 O_GEMM_BUSY = 22  # per step on the critical stage: time in GEMMs (for power)
 O_HBM_BUSY = 23  # per step on the critical stage: time in memory-bound kernels
-O_SIZE = 24
+O_EP_COMM = 24  # per step: expert-parallel all-to-all on the critical stage
+O_SIZE = 25
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
              "optimizer")
+# the slot of each breakdown entry; ``ep_comm`` (mixture of experts) comes last
+BREAKDOWN_MOE = BREAKDOWN + ("ep_comm",)
+BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 24)
 
 # reasons a plan is masked (0 = valid and fits)
 REASONS = (
@@ -116,6 +132,7 @@ REASONS = (
     "interleaving needs pp > 1 and micro-batches divisible by pp",
     "shard_group does not divide dp",
     "does not fit in accelerator memory",
+    "ep does not divide the experts and dp (or ep > 1 on a dense model)",
 )
 R_OK = 0
 R_TP_HEADS = 1
@@ -127,3 +144,4 @@ R_CP_SEQ = 6
 R_INTERLEAVE = 7
 R_SHARD = 8
 R_MEMORY = 9
+R_EP = 10

@@ -24,6 +24,23 @@ equal): with per-micro-batch stage times ``t_i``, ``m`` micro-batches and ``v`` 
 .. math:: T_\mathrm{pipe} = m \max_i t_i + \frac{\sum_i t_i - \max_i t_i}{v}
 
 which is ``(m + (p-1)/v)\,t`` for equal stages (bubble fraction ``(p-1)/(v m + p - 1)``).
+
+Mixture of experts (``E`` experts of FFN width ``f`` per layer, top-``k`` routing, capacity factor
+``c``, expert parallelism ``ep`` taken from the data-parallel ranks as in Megatron-LM and
+DeepSpeed-MoE): the FFN of every layer is replaced by ``E`` experts and a router (``h x E``).
+A token is processed by ``k`` experts, so the model FLOPs of the FFN are ``k`` times the dense
+one's plus the router's ``2bshE``; the GEMM time is that of ``E/ep`` local experts each given
+``c k m ep / E`` of the ``m`` tokens per GPU (capacity padding is work, not model FLOPs).
+Tokens reach their experts and come back by two all-to-alls per pass (dispatch, combine) over the
+``ep`` ranks, each GPU sending ``c k m h`` 16-bit values split over its ``tp`` ranks
+(:func:`~trainscale.kernels.collectives.alltoall_time`), not overlapped. Expert weights,
+gradients and optimizer states are divided by ``tp x ep``; their gradients are reduced over the
+``dp / ep`` (x ``cp``) expert-data-parallel ranks, ``tp x ep`` apart. A dense model (``E <= 1``)
+takes exactly the dense path.
+
+Scale-out topology: every collective that leaves the scale-up domain gets the link of its group
+from :func:`~trainscale.kernels.collectives.tier_link` (oversubscribed spine of a two-tier
+fat-tree, or one flat tier).
 """
 
 import math
@@ -31,22 +48,23 @@ import math
 import numpy as np
 from numba import njit
 
-from .collectives import allgather_time, allreduce_time, group_split, p2p_time
+from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_FETCH_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
-    L_RECOMP_TP, L_WORK_BYTES,
-    M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
-    M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_VOCAB,
-    O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_GEMM_BUSY, O_HBM_BUSY,
+    L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP,
+    M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
+    M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_TOP_K, M_VOCAB,
+    O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_EP_COMM, O_GEMM_BUSY,
+    O_HBM_BUSY,
     O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
     O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
-    R_BATCH, R_CP_SEQ, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV,
+    R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV,
     RC_FULL, RC_SELECTIVE,
-    S_HBM_BW, S_HBM_BYTES, S_IDLE_W, S_PEAK_FLOPS, S_SCALE_OUT_BW, S_SCALE_OUT_LAT, S_SCALE_UP_BW,
-    S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS, S_TDP_W,
+    S_HBM_BW, S_HBM_BYTES, S_HOP_LAT, S_IDLE_W, S_LEAF_GPUS, S_OVERSUB, S_PEAK_FLOPS, S_SCALE_OUT_BW,
+    S_SCALE_OUT_LAT, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS, S_TDP_W,
 )
 
 BYTES = 2.0  # 16-bit activations, weights and gradients
@@ -56,8 +74,17 @@ ELEMENTWISE_KERNELS_PER_LAYER = 12.0
 
 
 @njit(cache=True)
-def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
-    """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU."""
+def out_link(system, n, stride):
+    """(bandwidth, per-step latency) of the scale-out network for a group of ``n`` GPUs
+    ``stride`` ranks apart, from the system vector's topology (:func:`tier_link`)."""
+    return tier_link(n, stride, system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT], system[S_LEAF_GPUS],
+                     system[S_OVERSUB], system[S_HOP_LAT])
+
+
+@njit(cache=True)
+def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
+    """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
+    (``ep``: expert-parallel degree, used by mixture-of-experts models only)."""
     h = model[M_HIDDEN]
     a = model[M_HEADS]
     f = model[M_FFN]
@@ -83,6 +110,18 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
     f_o, b_o = gemm_fwd_bwd_time(im, ih, ih // itp, 1, peak, hbm, sms, calib)
     f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, 1, peak, hbm, sms, calib)
     f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, peak, hbm, sms, calib)
+    experts = int(model[M_EXPERTS])
+    moe = experts > 1
+    routed = 0.0  # token copies this GPU's experts process (mixture of experts)
+    if moe:  # E/ep local experts, each a batch of c k m ep / E tokens, and the router
+        routed = model[M_CAPACITY] * model[M_TOP_K] * m
+        local = experts // ep if experts >= ep else 1
+        rows = int(math.ceil(routed / local))
+        f_up, b_up = gemm_fwd_bwd_time(rows, (int(nf) - 1) * if_ // itp, ih, local, peak, hbm, sms, calib)
+        f_dn, b_dn = gemm_fwd_bwd_time(rows, ih, if_ // itp, local, peak, hbm, sms, calib)
+        f_rt, b_rt = gemm_fwd_bwd_time(im, experts, ih, 1, peak, hbm, sms, calib)
+        f_up += f_rt
+        b_up += b_rt
     fwd_gemm = f_qkv + f_sc + f_av + f_o + f_up + f_dn
     bwd_gemm = b_qkv + b_sc + b_av + b_o + b_up + b_dn
     if flash:  # flash attention's backward recomputes the scores on chip
@@ -93,6 +132,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
     replicated = 1.0 / t if sp else 1.0
     norm_drop_res = 30.0 * m * h * replicated
     activation_fn = (2.0 * nf) * m * f / t
+    if moe:  # every routed copy goes through its expert's activation, plus permute / unpermute
+        activation_fn = (2.0 * nf) * routed * f / t + 8.0 * routed * h / t
     if flash:
         attention_core = 8.0 * m * h / t
     else:
@@ -109,11 +150,21 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
     bw_out, lat_out = system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT]
     msg = BYTES * m * h
+    bw_t, lat_t = out_link(system, itp, 1)
     if sp:
-        one = 2.0 * allgather_time(msg, itp, 1, domain, bw_up, lat_up, bw_out, lat_out, eff)
+        one = 2.0 * allgather_time(msg, itp, 1, domain, bw_up, lat_up, bw_t, lat_t, eff)
     else:
-        one = allreduce_time(msg, itp, 1, domain, bw_up, lat_up, bw_out, lat_out, eff)
+        one = allreduce_time(msg, itp, 1, domain, bw_up, lat_up, bw_t, lat_t, eff)
     tp_pass = 2.0 * one
+
+    # expert parallelism: dispatch and combine all-to-alls over the ep ranks (tp*cp apart)
+    ep_fwd = 0.0
+    ep_bwd = 0.0
+    if moe and ep > 1:
+        bw_a, lat_a = out_link(system, ep, itp * cp)
+        a2a = alltoall_time(BYTES * routed * h / t, ep, itp * cp, domain, bw_up, lat_up, bw_a, lat_a, eff)
+        ep_fwd = 2.0 * a2a
+        ep_bwd = 2.0 * a2a + (2.0 * a2a if rc == RC_FULL else 0.0)
 
     # recomputation in the backward pass
     if rc == RC_FULL:
@@ -131,13 +182,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
     cp_exposed = 0.0
     if cp > 1:
         kv_bytes = 2.0 * BYTES * mb * sc * kv / t
-        fwd_ring = allgather_time(kv_bytes * cp, cp, itp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+        bw_c, lat_c = out_link(system, cp, itp)
+        fwd_ring = allgather_time(kv_bytes * cp, cp, itp, domain, bw_up, lat_up, bw_c, lat_c, eff)
         core = f_sc + f_av
         cp_exposed = max(0.0, fwd_ring - core) + max(0.0, 2.0 * fwd_ring - (b_sc + b_av))
 
     # activation memory (Korthikanti et al. 2022), per token in units of h bytes
     attn_act = 7.0 + 4.0 * kv / h
     mlp_act = 3.0 + 2.0 * nf * f / h
+    if moe:  # the FFN activations of every routed copy, and the dispatched copies themselves
+        mlp_act = 3.0 + model[M_CAPACITY] * model[M_TOP_K] * (2.0 * nf * f / h + 2.0)
     per_token = 4.0 + attn_act + mlp_act  # 34 for GPT
     if sp:
         dense = per_token * m * h / t
@@ -163,6 +217,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
     tokens = mb * s
     flops_fwd = (2.0 * tokens * h * (h + 2.0 * kv) + 2.0 * tokens * h * h + 2.0 * nf * tokens * h * f
                  + 4.0 * mb * s * s * h)
+    if moe:  # top-k experts per token and the router
+        flops_fwd = (2.0 * tokens * h * (h + 2.0 * kv) + 2.0 * tokens * h * h
+                     + 2.0 * nf * tokens * h * f * model[M_TOP_K] + 2.0 * tokens * h * experts
+                     + 4.0 * mb * s * s * h)
     if rc == RC_FULL:
         flops_recomp = flops_fwd
     elif rc == RC_SELECTIVE:
@@ -188,14 +246,17 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out):
     out[L_FLOPS_RECOMP] = flops_recomp
     out[L_FLOPS_HEAD] = 2.0 * tokens * h * vocab
     out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
+    out[L_FWD_EP] = ep_fwd
+    out[L_BWD_EP] = ep_bwd
 
 
 @njit(cache=True)
 def layer_fwd_bwd(lc):
     """(forward, backward) seconds of one layer and micro-batch from its costs ``lc``: the backward
-    includes the recomputation and its tensor-parallel communication."""
-    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP]
-    bwd = lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP]
+    includes the recomputation and its tensor-parallel communication (and, for a mixture of
+    experts, each pass its all-to-alls)."""
+    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP]
+    bwd = lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP] + lc[L_BWD_EP]
     return fwd, bwd
 
 
@@ -210,7 +271,7 @@ def power_draw(idle_w, tdp_w, compute_share, memory_share, gemm_busy_s, hbm_busy
 
 
 @njit(cache=True)
-def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard):
+def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1):
     """Why a plan is structurally invalid (``R_*``), or ``R_OK``."""
     if int(model[M_HEADS]) % tp != 0:
         return R_TP_HEADS
@@ -228,6 +289,10 @@ def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard):
         return R_INTERLEAVE
     if shard > 0 and dp % shard != 0:
         return R_SHARD
+    if ep != 1:
+        experts = int(model[M_EXPERTS])
+        if ep < 1 or experts <= 1 or experts % ep != 0 or dp % ep != 0:
+            return R_EP
     return R_OK
 
 
@@ -288,12 +353,12 @@ def chunk_layers(layers, pp, v):
 
 @njit(cache=True)
 def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
-               overlap, per_tensor, out):
+               overlap, per_tensor, out, ep=1):
     """Fill ``out`` (layout ``O_*``) with the step time, its breakdown, FLOPs, memory and power
-    of one plan, given its layer costs ``lc`` from :func:`layer_costs`."""
+    of one plan, given its layer costs ``lc`` from :func:`layer_costs` (priced with the same ``ep``)."""
     for i in range(out.shape[0]):
         out[i] = math.nan
-    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard)
+    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep)
     out[O_REASON] = reason
     if reason != R_OK:
         return
@@ -305,11 +370,16 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
     bw_out, lat_out = system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT]
     micro = gb // (dp * mb)
+    moe = model[M_EXPERTS] > 1.0
+    # expert-data-parallel ranks: the dp/ep replicas of each expert shard, sharded as dp is
+    e_shard = n_shard // ep if n_shard >= ep else 1
+    e_replicas = (dp // ep) // e_shard if (dp // ep) >= e_shard else 1
 
     compute_l = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_BWD_GEMM] + lc[L_BWD_ELEM]
     recomp_l = lc[L_RECOMP]
     tp_l = lc[L_FWD_TP] + lc[L_BWD_TP] + lc[L_RECOMP_TP]
     cp_l = lc[L_CP]
+    ep_l = lc[L_FWD_EP] + lc[L_BWD_EP]
 
     # ZeRO-3 / FSDP: a layer's parameters are all-gathered before every use (forward, backward,
     # and the recomputed forward) and its gradients reduce-scattered, per micro-batch. PyTorch
@@ -322,16 +392,24 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         tensors = model[M_TENSORS_LAYER] if per_tensor else 1.0
         fetch = calib[C_FETCH_S] if per_tensor else 0.0
         layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
+        bw_z, lat_z = out_link(system, group, tp)
         gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up,
-                                           bw_out, lat_out, eff) + fetch)
-        scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+                                           bw_z, lat_z, eff) + fetch)
+        scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
         gathers = 3.0 if rc == RC_FULL else 2.0
         z3_l = gathers * gather + scatter
+        if moe and e_shard * cp > 1:  # the layer's local experts, over the expert-data-parallel ranks
+            e_group = e_shard * cp
+            e_bytes = BYTES * model[M_PARAMS_EXPERTS] / (t * ep)
+            bw_e, lat_e = out_link(system, e_group, tp * ep)
+            z3_l += gathers * allgather_time(e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e,
+                                             eff) + allgather_time(e_bytes, e_group, tp * ep, domain, bw_up,
+                                                                   lat_up, bw_e, lat_e, eff)
         if overlap:  # prefetching hides the collectives behind the layer's own work
-            z3_l = max(0.0, z3_l - (compute_l + recomp_l + tp_l + cp_l))
+            z3_l = max(0.0, z3_l - (compute_l + recomp_l + tp_l + cp_l + ep_l))
         embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
-        z3_embed = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
-    per_layer = compute_l + recomp_l + tp_l + cp_l + z3_l
+        z3_embed = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+    per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l
 
     # pipeline stages
     l_first, l_mid, l_last = stage_layers(layers, pp, v)
@@ -339,7 +417,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     if pp > 1:
         n_in, n_out = group_split(pp, tp * cp * dp, domain)
         p2p_bytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN] / t  # Megatron scatter/gather
-        p2p = 2.0 * v * p2p_time(p2p_bytes, n_out > 1, bw_up, lat_up, bw_out, lat_out, eff)
+        bw_p, lat_p = out_link(system, 2, tp * cp * dp)
+        p2p = 2.0 * v * p2p_time(p2p_bytes, n_out > 1, bw_up, lat_up, bw_p, lat_p, eff)
     head = lc[L_HEAD_FWD] + lc[L_HEAD_BWD]
     if pp == 1:
         t_first = layers * per_layer + head + 2.0 * z3_embed
@@ -376,31 +455,58 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         p_first = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
         p_last = p_first
     p_dev = max(p_first, p_last)
+    # local experts (mixture of experts): on the device with the most layers
+    pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if moe else 0.0
+    l_most = max(l_first, max(l_mid, l_last))
+    pe_dev = l_most * pe_layer
 
     # data-parallel gradient synchronisation, once per step (over dp x cp ranks)
     grad_bytes = BYTES * p_dev
     group = dp * cp
     dp_time = 0.0
     if zero == 0:
-        dp_time = allreduce_time(grad_bytes, group, tp, domain, bw_up, lat_up, bw_out, lat_out, eff)
+        bw_d, lat_d = out_link(system, group, tp)
+        dp_time = allreduce_time(grad_bytes, group, tp, domain, bw_up, lat_up, bw_d, lat_d, eff)
     else:
         if zero <= 2:  # reduce-scatter gradients, all-gather updated weights in the shard group
+            bw_d, lat_d = out_link(system, n_shard * cp, tp)
             dp_time = 2.0 * allgather_time(grad_bytes, n_shard * cp, tp, domain, bw_up, lat_up,
-                                           bw_out, lat_out, eff)
+                                           bw_d, lat_d, eff)
         replicas = dp // n_shard
         if replicas > 1:  # hybrid sharding: all-reduce the shards across replicas
+            bw_d, lat_d = out_link(system, replicas, tp * cp * n_shard)
             dp_time += allreduce_time(grad_bytes / n_shard, replicas, tp * cp * n_shard, domain, bw_up,
-                                      lat_up, bw_out, lat_out, eff)
+                                      lat_up, bw_d, lat_d, eff)
+    if moe:  # expert gradients over the expert-data-parallel ranks (tp*ep apart)
+        e_bytes = BYTES * pe_dev
+        e_all = (dp // ep) * cp
+        if zero == 0:
+            bw_e, lat_e = out_link(system, e_all, tp * ep)
+            dp_time += allreduce_time(e_bytes, e_all, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
+        else:
+            if zero <= 2:
+                bw_e, lat_e = out_link(system, e_shard * cp, tp * ep)
+                dp_time += 2.0 * allgather_time(e_bytes, e_shard * cp, tp * ep, domain, bw_up, lat_up,
+                                                bw_e, lat_e, eff)
+            if e_replicas > 1:
+                stride = tp * ep * cp * e_shard
+                bw_e, lat_e = out_link(system, e_replicas, stride)
+                dp_time += allreduce_time(e_bytes / e_shard, e_replicas, stride, domain, bw_up, lat_up,
+                                          bw_e, lat_e, eff)
     dp_exposed = dp_time
     if overlap:  # hidden behind the last micro-batch's backward pass (including its waits)
         backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
-                             + lc[L_RECOMP_TP] + z3_l)
+                             + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_l)
         dp_exposed = max(0.0, dp_time - backward)
 
     # optimizer (memory-bound Adam over this GPU's shard)
     opt_shard = n_shard * cp if zero >= 1 else 1
     optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * p_dev / opt_shard, 4.0,
                                   system[S_HBM_BW], calib)
+    e_div = e_shard * cp if zero >= 1 else 1
+    if moe:
+        optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * (p_dev / opt_shard + pe_dev / e_div), 4.0,
+                                      system[S_HBM_BW], calib)
 
     step = micro * t_max + bubble + dp_exposed + optimizer
     out[O_STEP] = step
@@ -412,6 +518,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_BUBBLE] = bubble
     out[O_DP_COMM] = micro * (l_crit * z3_l + z3_ends) + dp_exposed
     out[O_OPTIMIZER] = optimizer
+    out[O_EP_COMM] = micro * l_crit * ep_l
 
     # FLOPs per GPU per step
     model_flops = 3.0 * (gb / mb) * (layers * lc[L_FLOPS_FWD] + lc[L_FLOPS_HEAD])
@@ -438,6 +545,15 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     state_last = p_last * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
     state_mid = l_mid * p_layer * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
     buffers = 2.0 * BYTES * p_layer if zero == 3 else 0.0  # prefetched layers
+    if moe:  # expert states, sharded over the expert-data-parallel ranks
+        ez = e_shard * cp if zero == 3 else 1
+        eg = e_shard * cp if zero >= 2 else 1
+        per_param = BYTES / ez + BYTES / eg + OPTIMIZER_BYTES_PER_PARAM / e_div
+        state_first += l_first * pe_layer * per_param
+        state_last += l_last * pe_layer * per_param
+        state_mid += l_mid * pe_layer * per_param
+        if zero == 3:
+            buffers += 2.0 * BYTES * pe_layer
     mem = max(state_first + act_first, state_last + act_last)
     if pp > 2:
         mem = max(mem, state_mid + act_mid)

@@ -1,0 +1,205 @@
+"""Data-centre design for dense and mixture-of-experts training (Tithi et al., "Scaling Intelligence:
+Designing Data Centers for Next-Gen Language Models", arXiv 2506.15006, 2025).
+
+Every design point is one system (a catalog entry with overrides: scale-up domain size, HBM capacity
+and bandwidth, scale-out bandwidth and latency, and the scale-out topology) on which the model is
+trained at its best plan, found by :func:`trainscale.perfmodel.search` over tensor, pipeline, data
+and (for a mixture of experts) expert parallelism, micro-batch, interleaving and recomputation.
+
+Two scale-out networks, with the same NIC bandwidth per GPU:
+
+- ``two-tier``: a fat-tree whose leaf switches each serve ``leaf_gpus`` GPUs and are
+  ``oversubscription : 1`` oversubscribed towards the spine; traffic that leaves a leaf gets
+  ``1 / oversubscription`` of the NIC bandwidth and crosses 4 link hops instead of 2;
+- ``flat``: one tier of switches (e.g. a high-radix optical fabric, the paper's "FullFlat"): every
+  pair of GPUs is 2 hops apart at the full NIC bandwidth.
+
+The sweeps (each a group of variables in one Dataset):
+
+- ``*_domain``: model x network x scale-up domain size;
+- ``*_hbm_capacity`` and ``*_hbm_bandwidth``: model x HBM capacity / bandwidth (two-tier network,
+  base domain);
+- ``*_link_bandwidth`` and ``*_link_latency``: model x network x scale-out bandwidth / latency per
+  step (base domain).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import perfmodel
+from ..checks import check_float, check_floats, check_int
+from ..io import provenance
+from ..specs import SpecError, SystemSpec, resolve_model, resolve_system
+
+NETWORKS = ("two-tier", "flat")
+PLAN_FIELDS = ("tp", "pp", "dp", "ep", "micro_batch", "interleave")
+
+
+def network_overrides(network: str, leaf_gpus: int, oversubscription: float, hop_latency_s: float) -> dict:
+    """System overrides of a scale-out network (see the module docstring)."""
+    if network == "two-tier":
+        return {"scale_out_leaf_gpus": int(leaf_gpus), "scale_out_oversubscription": float(oversubscription),
+                "scale_out_hop_latency_s": float(hop_latency_s)}
+    if network == "flat":
+        return {"scale_out_leaf_gpus": 0, "scale_out_oversubscription": 1.0,
+                "scale_out_hop_latency_s": float(hop_latency_s)}
+    raise SpecError("network", network, f"expected one of {', '.join(NETWORKS)}")
+
+
+def design_space(model, gpus: int) -> dict:
+    """The plans searched at every design point: Megatron-style 3D (+ expert) parallelism with
+    sequence parallelism, the distributed optimizer (ZeRO-1), flash attention and overlapped
+    gradient reduction; tp, pp and ep over powers of two."""
+    model = resolve_model(model)
+    pow2 = [2**i for i in range(0, 8)]
+    space = {
+        "tp": [t for t in pow2 if 2 <= t <= 32 and model.heads % t == 0 and model.kv_heads % t == 0],
+        "pp": [p for p in pow2 if 2 <= p <= min(64, model.layers) and gpus % p == 0],
+        "interleave": [1, 2],
+        "micro_batch": [1, 2, 4],
+        "recompute": ["selective", "full"],
+        "sequence_parallel": [1],
+        "zero": [1],
+        "flash_attention": [1],
+        "overlap_grad_reduce": [1],
+    }
+    if model.is_moe:
+        space["ep"] = [e for e in pow2 if model.experts % e == 0 and e <= model.experts]
+    return space
+
+
+def best_point(model, system, gpus: int, global_batch: int, rerank: int = 8) -> dict:
+    """The best plan's MFU, throughput, step time and breakdown at one design point (NaN where
+    no plan fits)."""
+    model, system = resolve_model(model), resolve_system(system)
+    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=design_space(model, gpus),
+                                 rerank=rerank)
+    if not ranked:
+        return {"mfu": np.nan, "tokens_per_s": np.nan, "step_time_s": np.nan, "ep_comm_s": np.nan,
+                "dp_comm_s": np.nan, "memory_gib_per_gpu": np.nan, **{k: 0 for k in PLAN_FIELDS}}
+    best = ranked[0]
+    plan = perfmodel.plan_from_grid_entry(best["plan"], global_batch)
+    p = perfmodel.predict(perfmodel.RunSpec(id="best", model=model, system=system, plan=plan))
+    return {"mfu": p.mfu, "tokens_per_s": p.tokens_per_s, "step_time_s": p.step_time_s,
+            "ep_comm_s": p.breakdown.get("ep_comm", 0.0), "dp_comm_s": p.breakdown["dp_comm"],
+            "memory_gib_per_gpu": p.memory_gib_per_gpu, **{k: int(getattr(plan, k)) for k in PLAN_FIELDS}}
+
+
+def datacenter_design(models: Sequence[str] = ("gpt3-175b", "moe-1.8t"), system: str = "gb200-nvl72",
+                      gpus: int = 4096, global_batch_tokens: int = 2**23,
+                      domains: Sequence[int] = (8, 72, 576), base_domain: int = 72,
+                      hbm_capacities_GiB: Sequence[float] = (96.0, 185.0, 288.0),
+                      hbm_bandwidths_GBps: Sequence[float] = (4000.0, 8000.0, 16000.0),
+                      link_GBps: Sequence[float] = (25.0, 50.0, 100.0, 200.0),
+                      link_latencies_s: Sequence[float] = (1e-6, 5e-6, 20e-6),
+                      leaf_gpus: int = 32, oversubscription: float = 2.0, hop_latency_s: float = 2.5e-7,
+                      rerank: int = 8) -> xr.Dataset:
+    """MFU and throughput at the best plan across the design sweeps (module docstring)."""
+    if isinstance(models, str) or not models:
+        raise SpecError("models", models, "expected a non-empty list of catalog model names")
+    specs = [resolve_model(m) for m in models]
+    base = resolve_system(system)
+    gpus = check_int("gpus", gpus, minimum=base.gpus_per_node)
+    tokens = check_int("global_batch_tokens", global_batch_tokens)
+    rerank = check_int("rerank", rerank)
+    domains = [check_int("domains", d, minimum=1) for d in domains]
+    if not domains:
+        raise SpecError("domains", domains, "expected at least one scale-up domain size")
+    for d in domains + [base_domain]:
+        if d % base.gpus_per_node:
+            raise SpecError("domains", d, f"expected multiples of gpus_per_node = {base.gpus_per_node} of {system}")
+    base_domain = check_int("base_domain", base_domain)
+    leaf_gpus = check_int("leaf_gpus", leaf_gpus)
+    if leaf_gpus % base.gpus_per_node:
+        raise SpecError("leaf_gpus", leaf_gpus, f"expected a multiple of gpus_per_node = {base.gpus_per_node}")
+    oversubscription = check_float("oversubscription", oversubscription, minimum=1.0)
+    hop_latency_s = check_float("hop_latency_s", hop_latency_s)
+    caps = check_floats("hbm_capacities_GiB", hbm_capacities_GiB, open_min=True)
+    bws = check_floats("hbm_bandwidths_GBps", hbm_bandwidths_GBps, open_min=True)
+    links = check_floats("link_GBps", link_GBps, open_min=True)
+    lats = check_floats("link_latencies_s", link_latencies_s)
+    batches = {}
+    for m in specs:
+        if tokens % m.seq_len or tokens // m.seq_len < 1:
+            raise SpecError("global_batch_tokens", tokens, f"expected a multiple of {m.name}'s seq_len = {m.seq_len}")
+        batches[m.name] = tokens // m.seq_len
+
+    def point(m, network, **overrides):
+        net = network_overrides(network, leaf_gpus, oversubscription, hop_latency_s)
+        sysm = SystemSpec.from_catalog(system, {**net, **overrides})
+        return best_point(m, sysm, gpus, batches[m.name], rerank)
+
+    def sweep(values, coords, fn):
+        """Run ``fn(model, *coord)`` over the product of ``coords`` for every model."""
+        shape = (len(specs),) + tuple(len(c) for c in coords)
+        out = {k: np.full(shape, np.nan) for k in values}
+        for i, m in enumerate(specs):
+            for idx in np.ndindex(shape[1:]):
+                r = fn(m, *(c[j] for c, j in zip(coords, idx)))
+                for k in values:
+                    out[k][(i,) + idx] = r[k]
+        return out
+
+    names = ["mfu", "tokens_per_s", "step_time_s", "ep_comm_s", "dp_comm_s", "memory_gib_per_gpu", *PLAN_FIELDS]
+    dom = sweep(names, [NETWORKS, domains], lambda m, n, d: point(m, n, scale_up_domain=d))
+    cap = sweep(["mfu", "tokens_per_s"], [caps],
+                lambda m, c: point(m, "two-tier", scale_up_domain=base_domain, hbm_capacity_GiB=c))
+    bw = sweep(["mfu", "tokens_per_s"], [bws],
+               lambda m, b: point(m, "two-tier", scale_up_domain=base_domain, hbm_bandwidth_GBps=b))
+    link = sweep(["mfu", "tokens_per_s"], [NETWORKS, links],
+                 lambda m, n, b: point(m, n, scale_up_domain=base_domain, scale_out_GBps_per_gpu=b))
+    lat = sweep(["mfu", "tokens_per_s"], [NETWORKS, lats],
+                lambda m, n, a: point(m, n, scale_up_domain=base_domain, scale_out_latency_s=a))
+
+    D = ("model", "network", "domain")
+    data = {
+        "mfu_domain": (D, dom["mfu"], {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
+        "tokens_per_s_domain": (D, dom["tokens_per_s"], {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "step_time_s_domain": (D, dom["step_time_s"], {"units": "s", "long_name": "step time"}),
+        "ep_comm_s_domain": (D, dom["ep_comm_s"], {"units": "s", "long_name": "step time: expert all-to-all"}),
+        "dp_comm_s_domain": (D, dom["dp_comm_s"], {"units": "s", "long_name": "step time: data-parallel communication"}),
+        "memory_gib_domain": (D, dom["memory_gib_per_gpu"], {"units": "GiB", "long_name": "memory per GPU"}),
+        "mfu_hbm_capacity": (("model", "hbm_capacity_GiB"), cap["mfu"],
+                             {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
+        "tokens_per_s_hbm_capacity": (("model", "hbm_capacity_GiB"), cap["tokens_per_s"],
+                                      {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "mfu_hbm_bandwidth": (("model", "hbm_bandwidth_GBps"), bw["mfu"],
+                              {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
+        "tokens_per_s_hbm_bandwidth": (("model", "hbm_bandwidth_GBps"), bw["tokens_per_s"],
+                                       {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "mfu_link_bandwidth": (("model", "network", "link_GBps"), link["mfu"],
+                               {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
+        "tokens_per_s_link_bandwidth": (("model", "network", "link_GBps"), link["tokens_per_s"],
+                                        {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "mfu_link_latency": (("model", "network", "link_latency_s"), lat["mfu"],
+                             {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
+        "tokens_per_s_link_latency": (("model", "network", "link_latency_s"), lat["tokens_per_s"],
+                                      {"units": "tokens/s", "long_name": "cluster throughput"}),
+    }
+    for k in PLAN_FIELDS:
+        data[f"best_{k}_domain"] = (D, dom[k].astype(np.int64), {"units": "1", "long_name": f"best plan: {k}"})
+    coords = {
+        "model": [m.name for m in specs],
+        "network": list(NETWORKS),
+        "domain": ("domain", domains, {"units": "GPUs", "long_name": "scale-up domain size"}),
+        "hbm_capacity_GiB": ("hbm_capacity_GiB", caps, {"units": "GiB", "long_name": "HBM capacity per GPU"}),
+        "hbm_bandwidth_GBps": ("hbm_bandwidth_GBps", bws, {"units": "GB/s", "long_name": "HBM bandwidth per GPU"}),
+        "link_GBps": ("link_GBps", links, {"units": "GB/s", "long_name": "scale-out bandwidth per GPU"}),
+        "link_latency_s": ("link_latency_s", lats, {"units": "s", "long_name": "scale-out latency per step"}),
+    }
+    ds = xr.Dataset(data, coords=coords)
+    params = {"models": [m.name for m in specs], "system": system, "gpus": gpus, "global_batch_tokens": tokens,
+              "domains": domains, "base_domain": base_domain, "hbm_capacities_GiB": caps,
+              "hbm_bandwidths_GBps": bws, "link_GBps": links, "link_latencies_s": lats, "leaf_gpus": leaf_gpus,
+              "oversubscription": oversubscription, "hop_latency_s": hop_latency_s, "rerank": rerank}
+    ds.attrs.update(provenance(params))
+    ds.attrs["global_batch_sequences"] = [int(batches[m.name]) for m in specs]
+    ds.attrs["peak_flops_bf16"] = base.peak_flops_bf16
+    return ds
+
+
+__all__ = ["NETWORKS", "PLAN_FIELDS", "best_point", "datacenter_design", "design_space", "network_overrides"]

@@ -2,9 +2,9 @@
 fixed batch, and TP = node size winning the TP x PP split; unit tests of the study functions and the
 paper's effects on the quick workflow's outputs."""
 
-import nbformat
 import numpy as np
 import pytest
+from conftest import notebook_text
 import xarray as xr
 from trainscale import io as tsio
 from trainscale import perfmodel
@@ -15,10 +15,6 @@ STUDY = "parallelism-strategies"
 SYSTEM = "dgx-a100-80gb"
 
 
-def _notebook_text(results):
-    nb = nbformat.read(results / "notebooks" / f"{STUDY}.ipynb", as_version=4)
-    return "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                     for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 def _read(results, name):
@@ -158,7 +154,7 @@ def test_ptdp_beats_zero3_more_as_gpus_double(quick_workflow):
         assert ptdp[-1] > 0.85 * ptdp[0], ptdp  # PTD-P keeps its per-GPU rate
     r175 = float(ds["speedup_vs_zero3"].sel(model="gpt-175b", strategy="ptd-p").isel(doubling=1))
     assert 1.5 < r175 < 2.5  # paper: ~1.7x at 768 GPUs
-    text = _notebook_text(quick_workflow)
+    text = notebook_text(quick_workflow, STUDY)
     assert f"at 2× GPUs and fixed batch, PTD-P is {r175:.2f}× ZeRO-3 for 175B (paper: ~1.7×)" in text
     assert "ZeRO-3 for 530B (paper: ~1.7×)" in text
 
@@ -173,7 +169,7 @@ def test_tp_equal_to_node_size_wins_the_sweep(quick_workflow):
     diag = sw["hardware_tflops_per_gpu"].where(sw["tp"] * sw["pp"] == sw.attrs["gpus"]).max("pp")
     for b in sw["global_batch"].values:  # tp = 8 within 1% of the best split at every batch
         assert float(diag.sel(global_batch=b, tp=8)) >= 0.99 * float(diag.sel(global_batch=b).max())
-    assert "best TP in the TP×PP sweep: 8 (= GPUs per node)" in _notebook_text(quick_workflow)
+    assert "best TP in the TP×PP sweep: 8 (= GPUs per node)" in notebook_text(quick_workflow, STUDY)
 
 
 @pytest.mark.workflow
@@ -181,6 +177,6 @@ def test_published_runs_are_compared(quick_workflow):
     v = _read(quick_workflow, "published.nc")
     assert np.isfinite(v["study_tflops_per_gpu"].values).sum() >= 3
     mape = float(np.abs(v["rel_error"]).mean())
-    assert f"published Narayanan et al. 2021 runs: MAPE {mape:.1%}" in _notebook_text(quick_workflow)
+    assert f"published Narayanan et al. 2021 runs: MAPE {mape:.1%}" in notebook_text(quick_workflow, STUDY)
     for name in ("tflops_vs_gpus.png", "tp_pp_heatmap.png"):
         assert (quick_workflow / "figures" / STUDY / name).stat().st_size > 10_000

@@ -149,3 +149,150 @@ rule parallelism_strategies:
         notebook=notebook_parameters("parallelism-strategies"),
     shell:
         PAPERMILL
+
+
+rule overlap:
+    input:
+        notebook=study_notebook("overlap"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "overlap",
+            [
+                "overlap.nc",
+                "message_size.nc",
+                "step_time.png",
+                "compute_slowdown.png",
+                "power_cap.png",
+                "message_size.png",
+            ],
+        ),
+    log:
+        executed_notebook("overlap"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("overlap"),
+    shell:
+        PAPERMILL
+
+
+rule job_profile:
+    input:
+        notebook=study_notebook("job-profile"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "job-profile",
+            [
+                "decomposition.nc",
+                "decomposition.png",
+                "overheads.nc",
+                "overheads.png",
+                "finetuning.nc",
+                "finetuning.png",
+            ],
+        ),
+    log:
+        executed_notebook("job-profile"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("job-profile"),
+    shell:
+        PAPERMILL
+
+
+rule inference_overlap:
+    input:
+        notebook=study_notebook("inference-overlap"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "inference-overlap",
+            [
+                "inference_overlap.nc",
+                "savings.png",
+                "split_ratio.png",
+                "bandwidth.png",
+                "comm_share.png",
+            ],
+        ),
+    log:
+        executed_notebook("inference-overlap"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("inference-overlap"),
+    shell:
+        PAPERMILL
+
+
+rule chiplet_scaling:
+    input:
+        notebook=study_notebook("chiplet-scaling"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "chiplet-scaling",
+            [
+                "chiplet_scaling.nc",
+                "compute_comm_ratio.png",
+                "step_breakdown.png",
+                "throughput.png",
+                "energy.png",
+                "gain.png",
+            ],
+        ),
+    log:
+        executed_notebook("chiplet-scaling"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("chiplet-scaling"),
+    shell:
+        PAPERMILL
+
+
+rule datacenter_design:
+    input:
+        notebook=study_notebook("datacenter-design"),
+        package=PACKAGE_FILES,
+    output:
+        study_outputs(
+            "datacenter-design",
+            [
+                "datacenter_design.nc",
+                "mfu_vs_domain.png",
+                "mfu_vs_hbm.png",
+                "fat_tree_vs_flat.png",
+            ],
+        ),
+    log:
+        executed_notebook("datacenter-design"),
+    conda:
+        "../../environment.yml"
+    threads: config["numba_threads"]
+    resources:
+        mem_mb=2000,
+        runtime=study_runtime_min(quick=10, full=30),
+    params:
+        notebook=notebook_parameters("datacenter-design"),
+    shell:
+        PAPERMILL

@@ -1,0 +1,125 @@
+"""Weak scaling on a 2D mesh of chiplets: 1D tensor parallelism vs Hecaton's 2D scheme.
+
+Huang et al., "Hecaton: Training and Finetuning LLMs with Scalable Chiplet Systems" (arXiv
+2407.05784) train a transformer on an ``n x n`` mesh of chiplets with weights partitioned on the
+2D grid and collectives along mesh rows and columns, so that the communication per chiplet
+shrinks like ``1/sqrt(N)`` of the problem while the compute shrinks like ``1/N``. Under weak
+scaling (model width grown with the mesh side, see :func:`trainscale.chiplet.weak_scaled_model`)
+the compute/communication ratio of the 2D scheme stays nearly constant while that of Megatron's
+1D tensor parallelism (an all-reduce of the whole activation over a ring through all ``N``
+chiplets) falls like ``1/sqrt(N)``. They report 4.98x performance and 2.35x energy reduction
+against Megatron TP on Llama2-70B.
+
+:func:`chiplet_scaling` evaluates both schemes for every chiplet package and mesh side with the
+kernels of :mod:`trainscale.kernels.chiplet` and returns the Dataset the study's figures are drawn
+from.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import chiplet as C
+from ..checks import check_int
+from ..io import provenance
+from ..kernels import chiplet as K
+from ..specs import SpecError, resolve_model
+
+__all__ = ["chiplet_scaling"]
+
+_META = {  # variable: (units, long_name)
+    "compute_s": ("s", "compute time per step (FLOPs / achievable FLOP/s)"),
+    "dram_s": ("s", "DRAM transfer time per step (bytes / DRAM bandwidth)"),
+    "local_s": ("s", "local time per step (roofline: max of compute and DRAM, per GEMM)"),
+    "comm_s": ("s", "mesh communication time per step"),
+    "step_s": ("s", "step time (local + communication)"),
+    "flops_per_chiplet": ("FLOP", "FLOPs per chiplet per step"),
+    "dram_bytes_per_chiplet": ("B", "DRAM bytes per chiplet per step"),
+    "comm_bytes_per_chiplet": ("B", "bytes each chiplet sends per step"),
+    "link_byte_hops": ("B", "bytes times links crossed, whole mesh, per step"),
+    "activation_bytes_per_chiplet": ("B", "stored GEMM inputs per chiplet (for the weight gradients)"),
+    "weight_bytes_per_chiplet": ("B", "weight bytes per chiplet"),
+    "energy_compute_J": ("J", "compute energy per step, whole mesh"),
+    "energy_dram_J": ("J", "DRAM energy per step, whole mesh"),
+    "energy_link_J": ("J", "die-to-die link energy per step, whole mesh"),
+    "energy_static_J": ("J", "static energy per step, whole mesh"),
+    "energy_J": ("J", "energy per step, whole mesh"),
+}
+
+
+def chiplet_scaling(model: str = "llama2-70b", chiplets: Sequence[str] = ("hecaton-standard",),
+                    mesh_sides: Sequence[int] = (2, 4, 8, 16), reference_side: int = 16,
+                    tokens_per_step: int = 131072) -> xr.Dataset:
+    """Both schemes on every chiplet package and mesh side, the model weakly scaled.
+
+    ``model`` runs at its catalog shape on the ``reference_side x reference_side`` mesh; a mesh of
+    side ``n`` runs it with every width times ``n / reference_side``. ``tokens_per_step`` stays
+    fixed and must hold a multiple of each mesh side in whole sequences (the 2D scheme computes
+    attention on whole sequences).
+    """
+    spec = resolve_model(model)
+    if isinstance(chiplets, (str, bytes)) or len(chiplets) == 0:
+        raise SpecError("chiplets", chiplets, "expected a non-empty list of catalog chiplet names")
+    hws = [C.resolve_chiplet(c) for c in chiplets]
+    if len(set(chiplets)) != len(chiplets):
+        raise SpecError("chiplets", list(chiplets), "expected distinct names")
+    if isinstance(mesh_sides, (str, bytes)) or len(mesh_sides) == 0:
+        raise SpecError("mesh_sides", mesh_sides, "expected a non-empty list of integers >= 1")
+    sides = [check_int("mesh_sides", s, 2, 64) for s in mesh_sides]
+    if any(b <= a for a, b in itertools.pairwise(sides)):
+        raise SpecError("mesh_sides", list(mesh_sides), "expected strictly increasing sides")
+    reference_side = check_int("reference_side", reference_side, 1, 64)
+    tokens = check_int("tokens_per_step", tokens_per_step, 1)
+    shapes = [C.weak_scaled_model(spec, s, reference_side, tokens) for s in sides]
+    for shape, s in zip(shapes, sides):
+        C.check_attention_local(shape, s)
+
+    models = np.stack([C.model_vector(shape) for shape in shapes])
+    codes = np.array([C.SCHEME_CODES[s] for s in C.SCHEMES], dtype=np.int64)
+    side_arr = np.asarray(sides, dtype=np.int64)
+    costs = np.stack([K.step_costs_grid(codes, side_arr, models, hw.hardware_vector()) for hw in hws])
+
+    dims = ("chiplet", "scheme", "side")
+    data = {}
+    for name, idx in C.COST_FIELDS.items():
+        units, long_name = _META[name]
+        data[name] = (dims, costs[..., idx], {"units": units, "long_name": long_name})
+    n_chiplets = side_arr**2
+    step = costs[..., K.S_STEP]
+    flops_total = costs[..., K.S_FLOPS] * n_chiplets
+    peak = np.array([hw.peak_flops for hw in hws])[:, None, None]
+    data["compute_comm_ratio"] = (dims, costs[..., K.S_COMPUTE] / costs[..., K.S_COMM],
+                                  {"units": "1", "long_name": "compute / communication time"})
+    data["tokens_per_s"] = (dims, tokens / step, {"units": "tokens/s", "long_name": "throughput"})
+    data["flops_per_s"] = (dims, flops_total / step,
+                           {"units": "FLOP/s", "long_name": "achieved FLOP rate, whole mesh"})
+    data["flops_utilisation"] = (dims, flops_total / step / (peak * n_chiplets),
+                                 {"units": "1", "long_name": "achieved / peak FLOP/s"})
+    data["energy_per_flop_J"] = (dims, costs[..., K.S_E_TOTAL] / flops_total,
+                                 {"units": "J/FLOP", "long_name": "energy per FLOP of the step"})
+    one_d = C.SCHEMES.index("1d-tp")
+    two_d = C.SCHEMES.index("2d")
+    data["speedup_2d"] = (("chiplet", "side"), step[:, one_d] / step[:, two_d],
+                          {"units": "1", "long_name": "step time 1D TP / step time 2D"})
+    energy = costs[..., K.S_E_TOTAL]
+    data["energy_reduction_2d"] = (("chiplet", "side"), energy[:, one_d] / energy[:, two_d],
+                                   {"units": "1", "long_name": "energy per step 1D TP / 2D"})
+    data["hidden"] = (("side",), np.array([s["hidden"] for s in shapes]),
+                      {"units": "1", "long_name": "hidden width of the weakly scaled model"})
+    data["params"] = (("side",), np.array([s["params"] for s in shapes]),
+                      {"units": "1", "long_name": "parameters of the transformer layers"})
+    data["flops_per_step"] = (("side",), flops_total[0, 0],
+                              {"units": "FLOP", "long_name": "FLOPs per step, whole mesh"})
+    ds = xr.Dataset(data, coords={"chiplet": list(chiplets), "scheme": list(C.SCHEMES), "side": side_arr,
+                                  "chiplets": ("side", n_chiplets)})
+    ds["side"].attrs.update({"units": "1", "long_name": "mesh side n (n x n chiplets)"})
+    ds["chiplets"].attrs.update({"units": "1", "long_name": "chiplets N = n^2"})
+    ds["chiplet"].attrs.update({"units": "1", "long_name": "chiplet package (catalog name)"})
+    ds["scheme"].attrs.update({"units": "1", "long_name": "tensor-parallel scheme"})
+    ds.attrs.update(provenance({"model": spec.name, "chiplets": list(chiplets), "mesh_sides": sides,
+                                "reference_side": reference_side, "tokens_per_step": tokens}))
+    return ds

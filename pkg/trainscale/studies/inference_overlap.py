@@ -1,0 +1,150 @@
+"""Tensor-parallel prefill with intra-sequence overlap (ISO, Xiao & Su 2024, arXiv 2409.11155).
+
+ISO splits one prompt in two chunks so that one chunk's tensor-parallel all-reduce runs while the
+other chunk computes (chunk 2's attention reads chunk 1's keys and values, so chunk 1 goes first).
+The paper reports about 35% less prefill time on RTX 4090s (PCIe) and about 15% on A800s.
+
+:func:`inference_overlap` prices, with :mod:`trainscale.inference`, the prefill of one model on
+several systems (PCIe and NVLink) for every tensor-parallel degree, prompt length and split ratio
+(ratio 0 or 1 is the serial execution), keeps the best split per configuration, adds the decode
+step for context (latency-bound all-reduces, nothing to split), and sweeps the all-reduce
+bandwidth of each system at one reference configuration to show where overlap pays: savings peak
+where compute and communication are equal and vanish when either dominates.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import inference
+from ..checks import check_float, check_floats, check_int
+from ..io import provenance
+from ..kernels import inference as K
+from ..specs import SpecError, resolve_model, resolve_system
+
+__all__ = ["inference_overlap"]
+
+
+def _ints(name, values, minimum=1):
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) or len(values) == 0:
+        raise SpecError(name, values, f"expected a non-empty list of integers >= {minimum}")
+    out = [check_int(name, int(v) if isinstance(v, np.integer) else v, minimum) for v in values]
+    if len(set(out)) != len(out):
+        raise SpecError(name, values, "expected distinct values")
+    return sorted(out)
+
+
+def inference_overlap(*, model: str = "llama2-70b",
+                      systems: Sequence[str] = ("rtx4090-pcie", "a800-pcie", "dgx-a100-80gb"),
+                      tps: Sequence[int] = (2, 4, 8), prompt_tokens: Sequence[int] = (512, 1024, 2048, 4096),
+                      split_ratios: Sequence[float] = tuple(np.round(np.linspace(0.0, 1.0, 21), 6)),
+                      batch: int = 1, overlap_slowdown: float = 0.0,
+                      bandwidths_GBps: Sequence[float] = (5, 10, 20, 50, 100, 200, 300, 600),
+                      sweep_tp: int = 8, sweep_prompt_tokens: int = 2048) -> xr.Dataset:
+    """Serial and ISO prefill latency over ``system x tp x prompt_tokens x split_ratio``.
+
+    Variables: ``prefill_s`` (every split; ratio 0 and 1 are serial), ``savings_by_ratio``;
+    per ``system x tp x prompt_tokens``: ``serial_s``, ``iso_s`` and ``best_ratio`` (best split),
+    ``savings`` (``1 - iso_s / serial_s``), ``compute_s`` and ``comm_s`` (serial execution,
+    per GPU), ``comm_share``, ``decode_s`` and ``decode_comm_share`` (one decode step after the
+    prompt), ``fits`` (weights + KV cache + reserve in memory); per ``system x bandwidth_GBps``
+    (the system with its scale-up bandwidth replaced, at ``sweep_tp`` and ``sweep_prompt_tokens``):
+    ``sweep_savings``, ``sweep_comm_to_compute``; per system: ``link_GBps``.
+    """
+    model_spec = resolve_model(model, "inference_overlap")
+    if isinstance(systems, (str, bytes)) or not isinstance(systems, Sequence) or len(systems) == 0:
+        raise SpecError("systems", systems, "expected a non-empty list of catalog system names")
+    specs = [resolve_system(s, "inference_overlap") for s in systems]
+    if len({s.name for s in specs}) != len(specs):
+        raise SpecError("systems", list(systems), "expected distinct systems")
+    tp_list = _ints("tps", tps)
+    for t in tp_list:
+        inference.check_tp(model_spec, t, "tps")
+    prompts = _ints("prompt_tokens", prompt_tokens)
+    ratios = sorted(set(check_floats("split_ratios", list(split_ratios), 0.0, 1.0)))
+    if ratios[0] != 0.0:
+        raise SpecError("split_ratios", list(split_ratios), "expected a list that includes 0 (the serial execution)")
+    b = check_int("batch", batch, 1)
+    slow = check_float("overlap_slowdown", overlap_slowdown, 0.0, 10.0)
+    bws = sorted(set(check_floats("bandwidths_GBps", list(bandwidths_GBps), 0.0, 1e5, open_min=True)))
+    sweep_tp = inference.check_tp(model_spec, sweep_tp, "sweep_tp")
+    sweep_s = check_int("sweep_prompt_tokens", sweep_prompt_tokens, 1)
+
+    ns, nt, npr, nr = len(specs), len(tp_list), len(prompts), len(ratios)
+    grid = np.empty((ns, nt, npr, nr, K.P_SIZE))
+    decode = np.empty((ns, nt, npr, 2))
+    fits = np.zeros((ns, nt, npr), dtype=bool)
+    sweep = np.empty((ns, len(bws), 4))
+    for i, spec in enumerate(specs):
+        grid[i] = inference.prefill_grid(model_spec, spec, tp_list, prompts, ratios, b, slow)
+        for j, t in enumerate(tp_list):
+            for k, s in enumerate(prompts):
+                d = inference.decode(model_spec, spec, t, s, b)
+                decode[i, j, k] = d.time_s, d.comm_s / d.time_s
+                fits[i, j, k] = inference.memory_fits(model_spec, spec, t, s + 1, b)
+        for w, bw in enumerate(bws):
+            varied = resolve_system({"name": spec.name, "scale_up_GBps_per_gpu": bw})
+            g = inference.prefill_grid(model_spec, varied, [sweep_tp], [sweep_s], ratios, b, slow)[0, 0]
+            times = g[:, K.P_TIME]
+            sweep[i, w] = 1.0 - times.min() / times[0], g[0, K.P_COMM] / g[0, K.P_COMPUTE], times[0], times.min()
+
+    times = grid[..., K.P_TIME]
+    serial = times[..., 0]
+    best_idx = times.argmin(axis=-1)
+    iso = np.take_along_axis(times, best_idx[..., None], axis=-1)[..., 0]
+    compute = grid[..., 0, K.P_COMPUTE]
+    comm = grid[..., 0, K.P_COMM]
+
+    dims3 = ("system", "tp", "prompt_tokens")
+
+    def var(dims, values, units, long_name):
+        return (dims, values, {"units": units, "long_name": long_name})
+
+    ds = xr.Dataset(
+        {
+            "prefill_s": var(dims3 + ("split_ratio",), times, "s", "prefill latency"),
+            "savings_by_ratio": var(dims3 + ("split_ratio",), 1.0 - times / serial[..., None], "1",
+                                    "prefill time saved over serial execution"),
+            "serial_s": var(dims3, serial, "s", "prefill latency, serial (compute then all-reduce)"),
+            "iso_s": var(dims3, iso, "s", "prefill latency, ISO at the best split ratio"),
+            "best_ratio": var(dims3, np.asarray(ratios)[best_idx], "1",
+                              "best split ratio (share of the prompt in the first chunk)"),
+            "savings": var(dims3, 1.0 - iso / serial, "1", "prefill time saved by ISO at the best split"),
+            "compute_s": var(dims3, compute, "s", "prefill compute per GPU, serial execution"),
+            "comm_s": var(dims3, comm, "s", "prefill all-reduce time per GPU, serial execution"),
+            "comm_share": var(dims3, comm / serial, "1", "share of serial prefill spent in all-reduces"),
+            "decode_s": var(dims3, decode[..., 0], "s", "decode step latency after the prompt"),
+            "decode_comm_share": var(dims3, decode[..., 1], "1", "share of a decode step spent in all-reduces"),
+            "fits": var(dims3, fits, "1", "weights, KV cache and reserve fit in GPU memory"),
+            "sweep_savings": var(("system", "bandwidth_GBps"), sweep[..., 0], "1",
+                                 "prefill time saved by ISO at the best split, scale-up bandwidth varied"),
+            "sweep_comm_to_compute": var(("system", "bandwidth_GBps"), sweep[..., 1], "1",
+                                         "all-reduce time over compute time, serial prefill"),
+            "sweep_serial_s": var(("system", "bandwidth_GBps"), sweep[..., 2], "s",
+                                  "prefill latency, serial, scale-up bandwidth varied"),
+            "sweep_iso_s": var(("system", "bandwidth_GBps"), sweep[..., 3], "s",
+                               "prefill latency, ISO at the best split, scale-up bandwidth varied"),
+            "link_GBps": var(("system",), np.array([s.scale_up_GBps_per_gpu for s in specs]), "GB/s",
+                             "scale-up (all-reduce) bandwidth per GPU, one direction"),
+            "peak_tflops": var(("system",), np.array([s.peak_flops_bf16 / 1e12 for s in specs]), "TFLOP/s",
+                               "peak dense 16-bit tensor throughput per GPU"),
+        },
+        coords={
+            "system": ("system", [s.name for s in specs], {"units": "1", "long_name": "system"}),
+            "tp": ("tp", np.asarray(tp_list, dtype=np.int64), {"units": "1", "long_name": "tensor-parallel GPUs"}),
+            "prompt_tokens": ("prompt_tokens", np.asarray(prompts, dtype=np.int64),
+                              {"units": "tokens", "long_name": "prompt length"}),
+            "split_ratio": ("split_ratio", np.asarray(ratios), {"units": "1",
+                                                                "long_name": "share of the prompt in the first chunk"}),
+            "bandwidth_GBps": ("bandwidth_GBps", np.asarray(bws), {"units": "GB/s",
+                                                                   "long_name": "scale-up bandwidth per GPU"}),
+        },
+    )
+    ds.attrs.update(provenance({
+        "model": model_spec.name, "systems": [s.name for s in specs], "tps": tp_list, "prompt_tokens": prompts,
+        "split_ratios": ratios, "batch": b, "overlap_slowdown": slow, "bandwidths_GBps": bws,
+        "sweep_tp": sweep_tp, "sweep_prompt_tokens": sweep_s}))
+    return ds

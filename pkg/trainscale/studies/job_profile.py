@@ -1,0 +1,197 @@
+"""Job-profile study (Lawenda et al., "Profiling and optimization of multi-card GPU machine learning
+jobs", arXiv 2505.22905): the datasets behind its three figures.
+
+- :func:`decomposition`: iteration time by component (compute, all-reduce, optimizer, host-to-device
+  copy, data loading, launch, synchronisation) vs GPU count on one node, at each precision;
+- :func:`overheads`: the overhead inputs swept: loader workers x bytes per sample x pinned or
+  pageable host memory (data loading and copy), and the micro-batch (kernel launches);
+- :func:`finetuning`: memory and step time of full fine-tuning, LoRA and QLoRA by adapter rank.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import jobprofile as J
+from ..checks import check_choice, check_float, check_int
+from ..io import provenance
+from ..kernels import jobprofile as JK
+from ..specs import SpecError, resolve_system
+
+__all__ = ["decomposition", "overheads", "finetuning"]
+
+
+def _ints(name: str, values, minimum: int) -> list[int]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) == 0:
+        raise SpecError(name, values, f"expected a non-empty list of integers >= {minimum}")
+    out = [check_int(name, v, minimum) for v in values]
+    if len(set(out)) != len(out):
+        raise SpecError(name, list(values), "expected distinct values")
+    return out
+
+
+def _var(dims, data, units, long_name):
+    return (dims, data, {"units": units, "long_name": long_name})
+
+
+def _common(model, system, micro_batch, workers, pinned, bytes_per_sample, decode_MBps_per_worker, seq_len):
+    return {"model": model if isinstance(model, str) else J.resolve_workload(model).name, "system": str(system),
+            "micro_batch": int(micro_batch), "workers": int(workers), "pinned": bool(pinned),
+            "bytes_per_sample": float(bytes_per_sample),
+            "decode_MBps_per_worker": None if decode_MBps_per_worker is None else float(decode_MBps_per_worker),
+            "seq_len": None if seq_len is None else int(seq_len)}
+
+
+def decomposition(model, system, gpus: Sequence[int], micro_batch: int, workers: int = 4, pinned: bool = True,
+                  bytes_per_sample: float = 602112.0, precisions: Sequence[str] = J.PRECISIONS,
+                  decode_MBps_per_worker: float | None = None, seq_len: int | None = None) -> xr.Dataset:
+    """Iteration time by component vs GPU count (data parallel, ``micro_batch`` samples per GPU)."""
+    gpus = _ints("gpus", gpus, 1)
+    if isinstance(precisions, str) or len(precisions) == 0:
+        raise SpecError("precisions", precisions, f"expected a non-empty list from {', '.join(J.PRECISIONS)}")
+    precisions = [check_choice("precisions", p, J.PRECISIONS) for p in precisions]
+    shape = (len(precisions), len(gpus))
+    parts = np.zeros(shape + (len(J.COMPONENTS),))
+    step, mem, tput, busy = (np.zeros(shape) for _ in range(4))
+    fits = np.zeros(shape, dtype=bool)
+    for i, p in enumerate(precisions):
+        for j, g in enumerate(gpus):
+            r = J.profile(model, system, g, micro_batch, precision=p, workers=workers, pinned=pinned,
+                          bytes_per_sample=bytes_per_sample, decode_MBps_per_worker=decode_MBps_per_worker,
+                          seq_len=seq_len)
+            parts[i, j] = [r.components[c] for c in J.COMPONENTS]
+            step[i, j], mem[i, j], tput[i, j], busy[i, j], fits[i, j] = (r.step_time_s, r.memory_gib_per_gpu,
+                                                                          r.samples_per_s, r.gpu_busy_s, r.fits)
+    dims = ("precision", "gpus")
+    ds = xr.Dataset({
+        "time_s": _var(dims + ("component",), parts, "s", "iteration time by component"),
+        "step_time_s": _var(dims, step, "s", "iteration time"),
+        "gpu_busy_s": _var(dims, busy, "s", "time the GPU works per step (model step + host-to-device copy)"),
+        "samples_per_s": _var(dims, tput, "samples/s", "throughput of all GPUs"),
+        "memory_gib_per_gpu": _var(dims, mem, "GiB", "memory per GPU"),
+        "fits": _var(dims, fits, "1", "fits in GPU memory"),
+    }, coords={"precision": list(precisions), "gpus": np.asarray(gpus, dtype=np.int64),
+               "component": list(J.COMPONENTS)})
+    ds["gpus"].attrs.update({"units": "1", "long_name": "GPUs (data parallel, one node)"})
+    params = _common(model, system, micro_batch, workers, pinned, bytes_per_sample, decode_MBps_per_worker, seq_len)
+    params.update({"gpus": gpus, "precisions": list(precisions)})
+    ds.attrs.update(provenance(params))
+    return ds
+
+
+def overheads(model, system, gpus: int, micro_batch: int, workers: Sequence[int], bytes_per_sample: Sequence[float],
+              micro_batches: Sequence[int], decode_MBps_per_worker: float | None = None,
+              seq_len: int | None = None) -> xr.Dataset:
+    """The overhead inputs swept on ``gpus`` GPUs (bf16 mixed precision).
+
+    Data loading: exposed loader time and host-to-device copy over ``host_memory`` (pinned,
+    pageable) x ``workers`` x ``bytes_per_sample``, at ``micro_batch`` samples per GPU.
+    Launches: the exposed launch time over the micro-batch sizes ``micro_batches`` (4 workers,
+    pinned memory, the first ``bytes_per_sample``)."""
+    workers = _ints("workers", workers, 0)
+    sizes = [check_float("bytes_per_sample", b, 0.0, open_min=True) for b in
+             (bytes_per_sample if hasattr(bytes_per_sample, "__len__") and not isinstance(bytes_per_sample, str)
+              else [bytes_per_sample])]
+    if not sizes:
+        raise SpecError("bytes_per_sample", bytes_per_sample, "expected a non-empty list of sizes > 0")
+    mbs = _ints("micro_batches", micro_batches, 1)
+    sys_ = resolve_system(system)
+    hv = J.host(sys_)
+    decode = J.coefficients("loader")["decode_MBps_per_worker"] if decode_MBps_per_worker is None else \
+        check_float("decode_MBps_per_worker", decode_MBps_per_worker, 0.0, open_min=True)
+    # the GPU's own step at this micro-batch (compute, all-reduce, optimizer; launch and
+    # synchronisation do not depend on the loader)
+    base = J.profile(model, system, gpus, micro_batch, bytes_per_sample=sizes[0], seq_len=seq_len)
+    c = base.components
+    gpu_step = c["compute"] + c["all_reduce"] + c["optimizer"]
+    bws = np.array([hv["pcie_pinned_GBps"], hv["pcie_pageable_GBps"]]) * 1e9
+    load = np.zeros((2, len(workers), len(sizes)))
+    copy = np.zeros_like(load)
+    JK.data_loading_grid(float(micro_batch), np.asarray(workers, dtype=np.int64), np.asarray(sizes), bws,
+                         decode * 1e6, hv["host_cores"] / gpus, gpus, hv["gpus_per_pcie_switch"], gpu_step, load, copy)
+    other = c["launch"] + c["synchronisation"]
+    step = gpu_step + other + copy + load
+    launch = np.zeros(len(mbs))
+    launch_total = np.zeros(len(mbs))
+    busy = np.zeros(len(mbs))
+    step_mb = np.zeros(len(mbs))
+    hc = J.coefficients("host")
+    for k, mb in enumerate(mbs):
+        r = J.profile(model, system, gpus, mb, workers=4, pinned=True, bytes_per_sample=sizes[0],
+                      decode_MBps_per_worker=decode, seq_len=seq_len)
+        launch[k], busy[k], step_mb[k] = r.components["launch"], r.gpu_busy_s, r.step_time_s
+        launch_total[k] = r.launched_kernels * hc["launch_latency_s"]
+    dims = ("host_memory", "workers", "bytes_per_sample")
+    ds = xr.Dataset({
+        "data_loading_s": _var(dims, load, "s", "exposed data-loading time per step"),
+        "h2d_copy_s": _var(dims, copy, "s", "host-to-device copy time per step"),
+        "step_time_s": _var(dims, step, "s", "iteration time"),
+        "samples_per_s": _var(dims, gpus * micro_batch / step, "samples/s", "throughput of all GPUs"),
+        "launch_s": _var(("micro_batch",), launch, "s", "exposed kernel-launch time per step"),
+        "launch_host_s": _var(("micro_batch",), launch_total, "s", "host time to launch a step's kernels"),
+        "gpu_busy_s": _var(("micro_batch",), busy, "s", "time the GPU works per step"),
+        "step_time_by_micro_batch_s": _var(("micro_batch",), step_mb, "s", "iteration time"),
+        "launch_share": _var(("micro_batch",), launch / step_mb, "1", "share of the step spent waiting for launches"),
+    }, coords={"host_memory": ["pinned", "pageable"], "workers": np.asarray(workers, dtype=np.int64),
+               "bytes_per_sample": np.asarray(sizes), "micro_batch": np.asarray(mbs, dtype=np.int64)})
+    ds["workers"].attrs.update({"units": "1", "long_name": "loader workers per GPU"})
+    ds["bytes_per_sample"].attrs.update({"units": "B", "long_name": "decoded bytes per sample"})
+    ds["micro_batch"].attrs.update({"units": "samples", "long_name": "samples per GPU per step"})
+    ds.attrs.update(provenance({"model": model if isinstance(model, str) else J.resolve_workload(model).name,
+                                "system": str(system), "gpus": int(gpus), "micro_batch": int(micro_batch),
+                                "workers": workers, "bytes_per_sample": sizes, "micro_batches": mbs,
+                                "decode_MBps_per_worker": float(decode),
+                                "seq_len": None if seq_len is None else int(seq_len)}))
+    return ds
+
+
+def finetuning(model, system, ranks: Sequence[int], targets: Sequence[str] = J.LORA_TARGETS, gpus: int = 1,
+               micro_batch: int = 4, seq_len: int | None = 512, recompute: str = "none",
+               reference_rank: int | None = None) -> xr.Dataset:
+    """Memory per GPU (by part) and step time (by part) of full fine-tuning, LoRA and QLoRA, by rank
+    (full fine-tuning does not depend on the rank). ``reference_rank`` (one of ``ranks``, default the
+    middle one) is the rank the comparison is stated at (attribute ``reference_rank``)."""
+    ranks = _ints("ranks", ranks, 1)
+    if reference_rank is None:
+        reference_rank = ranks[len(ranks) // 2]
+    if reference_rank not in ranks:
+        raise SpecError("reference_rank", reference_rank, f"expected one of ranks = {ranks}")
+    shape = (len(J.METHODS), len(ranks))
+    mem = np.zeros(shape + (len(J.MEMORY_PARTS),))
+    tim = np.zeros(shape + (len(J.FT_TIME_PARTS),))
+    trainable = np.zeros(shape, dtype=np.int64)
+    fits = np.zeros(shape, dtype=bool)
+    for i, method in enumerate(J.METHODS):
+        for j, r in enumerate(ranks):
+            f = J.finetune(model, system, method, rank=r, targets=targets, gpus=gpus, micro_batch=micro_batch,
+                           seq_len=seq_len, recompute=recompute)
+            mem[i, j] = [f.memory_bytes[p] / 2**30 for p in J.MEMORY_PARTS]
+            tim[i, j] = [f.time_s[p] for p in J.FT_TIME_PARTS]
+            trainable[i, j], fits[i, j] = f.trainable_params, f.fits
+    spec = J.resolve_workload(model, seq_len)
+    dims = ("tuning", "rank")
+    tokens = gpus * micro_batch * spec.seq_len
+    step = tim.sum(axis=-1)
+    ds = xr.Dataset({
+        "memory_gib": _var(dims + ("memory_part",), mem, "GiB", "memory per GPU by part"),
+        "time_s": _var(dims + ("time_part",), tim, "s", "step time by part"),
+        "total_memory_gib": _var(dims, mem.sum(axis=-1), "GiB", "memory per GPU"),
+        "step_time_s": _var(dims, step, "s", "step time"),
+        "tokens_per_s": _var(dims, tokens / step, "tokens/s", "fine-tuning throughput of all GPUs"),
+        "trainable_params": _var(dims, trainable, "1", "trainable parameters"),
+        "fits": _var(dims, fits, "1", "fits in GPU memory"),
+    }, coords={"tuning": list(J.METHODS), "rank": np.asarray(ranks, dtype=np.int64),
+               "memory_part": list(J.MEMORY_PARTS), "time_part": list(J.FT_TIME_PARTS)})
+    ds["rank"].attrs.update({"units": "1", "long_name": "LoRA rank"})
+    ds["tuning"].attrs.update({"long_name": "fine-tuning method (named tuning: 'method' is a keyword of sel)"})
+    ds.attrs.update(provenance({"model": model if isinstance(model, str) else spec.name, "system": str(system),
+                                "ranks": ranks, "targets": list(targets), "gpus": int(gpus),
+                                "micro_batch": int(micro_batch), "seq_len": spec.seq_len, "recompute": recompute,
+                                "reference_rank": int(reference_rank)}))
+    ds.attrs["total_params"] = int(spec.params())
+    ds.attrs["reference_rank"] = int(reference_rank)
+    ds.attrs["hbm_capacity_GiB"] = float(resolve_system(system).hbm_capacity_GiB)
+    return ds

@@ -1,0 +1,247 @@
+"""overlap: compute-communication overlap with contention (Lee et al., "Characterizing
+Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power
+Implications", arXiv 2507.03114, 2025).
+
+The paper runs GPT and Llama models data-parallel on 4 GPUs (A100, H100, MI250, MI210) and
+compares each step executed sequentially, overlapped, and in an ideal overlap whose compute is as
+fast as alone: overlapped compute is 18.9% slower on average (up to 40%), and sequential execution
+is still 10.2% slower than overlapped (up to 26.6%). Here the same three modes come from the
+contention model of :mod:`trainscale.overlap` for FSDP-style sharded data parallelism (ZeRO-3 with
+prefetch, the common way to overlap for models of this size) on 4 GPUs of one node, by model,
+accelerator, precision and power cap; and the contention slowdown against the collective's message
+size. The paper's numbers are comparison targets only: nothing here is fitted to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .. import overlap as ov
+from .. import perfmodel
+from ..checks import check_choice, check_floats, check_int
+from ..io import provenance
+from ..kernels import layout as K
+from ..kernels.collectives import allgather_time
+from ..specs import (
+    RECOMPUTE_MODES,
+    PlanSpec,
+    RunSpec,
+    SpecError,
+    resolve_model,
+    resolve_system,
+)
+
+__all__ = ["PAPER", "message_size_sweep", "overlap_study", "plan_for"]
+
+# the comparison targets (Lee et al. 2025, abstract): never used in a computation
+PAPER = {"slowdown_mean": 0.189, "slowdown_max": 0.40, "sequential_mean": 0.102, "sequential_max": 0.266}
+
+
+def _names(name, values, resolve) -> list:
+    if isinstance(values, str) or not isinstance(values, Sequence) or len(values) == 0:
+        raise SpecError(name, values, "expected a non-empty list of catalog names")
+    if len(set(values)) != len(values):
+        raise SpecError(name, list(values), "expected distinct names")
+    for v in values:
+        resolve(v)
+    return [str(v) for v in values]
+
+
+def _precisions(precisions) -> list[str]:
+    if isinstance(precisions, str) or not isinstance(precisions, Sequence) or len(precisions) == 0:
+        raise SpecError("precisions", precisions, f"expected a non-empty list of {', '.join(ov.PRECISIONS)}")
+    for p in precisions:
+        check_choice("precisions", p, ov.PRECISIONS)
+    if len(set(precisions)) != len(precisions):
+        raise SpecError("precisions", list(precisions), "expected distinct precisions")
+    return list(precisions)
+
+
+def plan_for(gpus: int, global_batch: int, micro_batch: int, recompute: str, zero: int) -> PlanSpec:
+    """The data-parallel plan every point of the study uses (overlap is set per mode)."""
+    gpus = check_int("gpus", gpus, 2, 4096)
+    micro_batch = check_int("micro_batch", micro_batch, 1, 1024)
+    global_batch = check_int("global_batch", global_batch, 1)
+    check_choice("recompute", recompute, RECOMPUTE_MODES)
+    zero = check_int("zero", zero, 0, 3)
+    if global_batch % (gpus * micro_batch):
+        raise SpecError("global_batch", global_batch, f"expected a multiple of gpus * micro_batch = {gpus * micro_batch}")
+    return PlanSpec(dp=gpus, micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, zero=zero,
+                    flash_attention=True, overlap_grad_reduce=True)
+
+
+def overlap_study(models: Sequence[str], systems: Sequence[str], precisions: Sequence[str] = ("bf16", "fp8"),
+                  power_caps: Sequence[float] = (1.0,), gpus: int = 4, global_batch: int = 32, micro_batch: int = 2,
+                  recompute: str = "selective", zero: int = 3) -> xr.Dataset:
+    """Sequential, overlapped and ideal step of each (model, system, precision) at each power cap
+    (a fraction of the accelerator's TDP), with the contention behind the overlapped slowdown.
+
+    Points a system cannot run (FP8 without FP8 tensor cores, a model that does not fit) are NaN
+    with ``valid`` false."""
+    models = _names("models", models, resolve_model)
+    systems = _names("systems", systems, resolve_system)
+    precisions = _precisions(precisions)
+    caps = check_floats("power_caps", power_caps, 0.0, 1.0, open_min=True)
+    plan = plan_for(gpus, global_batch, micro_batch, recompute, zero)
+    for name in systems:
+        s = resolve_system(name)
+        low = [c for c in caps if c * s.tdp_W <= s.idle_W]
+        if low:
+            raise SpecError("power_caps", low[0], f"a cap must exceed {name}'s idle power, {s.idle_W / s.tdp_W:.3f} of TDP")
+    nm, ns, npr, nc, nmode = len(models), len(systems), len(precisions), len(caps), len(ov.MODES)
+    mode_shape = (nm, ns, npr, nc, nmode)
+    point = (nm, ns, npr)
+    per_mode = {name: np.full(mode_shape, np.nan) for name in ("step_time_s", "tokens_per_s", "power_mean_W",
+                                                               "power_peak_W", "compute_time_s")}
+    per_cap = {name: np.full((nm, ns, npr, nc), np.nan) for name in ("compute_slowdown", "clock_alone",
+                                                                    "clock_overlapped", "sequential_over_overlapped",
+                                                                    "overlapped_over_ideal")}
+    scalars = {name: np.full(point, np.nan) for name in ("contention_slowdown", "sm_share", "hbm_share", "channels",
+                                                         "message_bytes", "wire_GBps", "compute_s", "comm_s",
+                                                         "overlappable_s", "rest_s", "memory_gib_per_gpu")}
+    valid = np.zeros(point, dtype=bool)
+    for i, model_name in enumerate(models):
+        model = resolve_model(model_name)
+        for j, system_name in enumerate(systems):
+            system = resolve_system(system_name)
+            run = RunSpec(id=f"{model_name}@{system_name}", model=model, system=system, plan=plan)
+            run.plan.check_against(model)
+            for k, precision in enumerate(precisions):
+                if precision == "fp8" and system.peak_flops_fp8 is None:
+                    continue
+                fit = perfmodel.predict(RunSpec(id=run.id, model=model, plan=plan,
+                                                system=ov.precision_system(system, precision)))
+                scalars["memory_gib_per_gpu"][i, j, k] = fit.memory_gib_per_gpu
+                if not fit.fits:
+                    continue
+                valid[i, j, k] = True
+                inputs = ov.overlap_inputs(run, precision)
+                for name, key in (("contention_slowdown", "slowdown"), ("sm_share", "sm_share"),
+                                  ("hbm_share", "hbm_share"), ("channels", "channels"),
+                                  ("message_bytes", "message_bytes"), ("compute_s", "compute_s"),
+                                  ("comm_s", "comm_s"), ("overlappable_s", "overlappable_s"), ("rest_s", "rest_s")):
+                    scalars[name][i, j, k] = inputs[key]
+                scalars["wire_GBps"][i, j, k] = inputs["wire_Bps"] / 1e9
+                for c, cap in enumerate(caps):
+                    modes = ov.overlap_modes(inputs, cap * system.tdp_W)
+                    for m, mode in enumerate(ov.MODES):
+                        r = modes[mode]
+                        per_mode["step_time_s"][i, j, k, c, m] = r["step_time_s"]
+                        per_mode["tokens_per_s"][i, j, k, c, m] = inputs["tokens"] / r["step_time_s"]
+                        per_mode["power_mean_W"][i, j, k, c, m] = r["power_mean_W"]
+                        per_mode["power_peak_W"][i, j, k, c, m] = r["power_peak_W"]
+                        per_mode["compute_time_s"][i, j, k, c, m] = r["compute_time_s"]
+                    o = modes["overlapped"]
+                    per_cap["compute_slowdown"][i, j, k, c] = o["compute_slowdown"]
+                    per_cap["clock_alone"][i, j, k, c] = o["clock_alone"]
+                    per_cap["clock_overlapped"][i, j, k, c] = o["clock_overlapped"]
+                    per_cap["sequential_over_overlapped"][i, j, k, c] = (
+                        modes["sequential"]["step_time_s"] / o["step_time_s"] - 1.0)
+                    per_cap["overlapped_over_ideal"][i, j, k, c] = o["step_time_s"] / modes["ideal"]["step_time_s"] - 1.0
+
+    dims_mode = ("model", "system", "precision", "power_cap", "mode")
+    dims_cap = dims_mode[:-1]
+    dims_point = dims_mode[:3]
+    meta = {
+        "step_time_s": ("s", "step time"),
+        "tokens_per_s": ("tokens/s", "cluster throughput"),
+        "power_mean_W": ("W", "mean accelerator power over the step"),
+        "power_peak_W": ("W", "accelerator power of the most demanding phase"),
+        "compute_time_s": ("s", "time the compute takes in the step"),
+        "compute_slowdown": ("1", "overlapped compute slowdown vs alone"),
+        "clock_alone": ("1", "clock fraction, compute alone"),
+        "clock_overlapped": ("1", "clock fraction, compute overlapped"),
+        "sequential_over_overlapped": ("1", "sequential step over overlapped step, minus 1"),
+        "overlapped_over_ideal": ("1", "overlapped step over ideal step, minus 1"),
+        "contention_slowdown": ("1", "compute slowdown from SM and HBM contention at full clock"),
+        "sm_share": ("1", "share of the SMs the collective holds"),
+        "hbm_share": ("1", "share of achievable HBM bandwidth the collective demands"),
+        "channels": ("1", "collective channels (SMs)"),
+        "message_bytes": ("B", "collective message size"),
+        "wire_GBps": ("GB/s", "bytes a GPU receives per second of the collective"),
+        "compute_s": ("s", "compute per step, alone at full clock"),
+        "comm_s": ("s", "data-parallel communication per step"),
+        "overlappable_s": ("s", "compute that can overlap the communication"),
+        "rest_s": ("s", "step time that overlaps nothing (optimizer)"),
+        "memory_gib_per_gpu": ("GiB", "memory of the most loaded GPU"),
+    }
+    data = {}
+    for name, arr in per_mode.items():
+        data[name] = (dims_mode, arr, {"units": meta[name][0], "long_name": meta[name][1]})
+    for name, arr in per_cap.items():
+        data[name] = (dims_cap, arr, {"units": meta[name][0], "long_name": meta[name][1]})
+    for name, arr in scalars.items():
+        data[name] = (dims_point, arr, {"units": meta[name][0], "long_name": meta[name][1]})
+    data["valid"] = (dims_point, valid, {"units": "1", "long_name": "the system runs this precision and the model fits"})
+    ds = xr.Dataset(data, coords={"model": models, "system": systems, "precision": precisions,
+                                  "power_cap": np.asarray(caps, dtype=float), "mode": list(ov.MODES)})
+    ds["power_cap"].attrs.update({"units": "1", "long_name": "power cap (fraction of TDP)"})
+    ds["mode"].attrs.update({"units": "1", "long_name": "execution mode"})
+    for name in ("model", "system", "precision"):
+        ds[name].attrs.update({"units": "1", "long_name": name})
+    ds.attrs.update(provenance({"models": models, "systems": systems, "precisions": precisions,
+                                "power_caps": caps, "gpus": int(gpus), "global_batch": int(global_batch),
+                                "micro_batch": int(micro_batch), "recompute": recompute, "zero": int(zero)}))
+    return ds
+
+
+def message_size_sweep(model: str, systems: Sequence[str], precisions: Sequence[str], message_bytes: Sequence[float],
+                       gpus: int = 4, global_batch: int = 32, micro_batch: int = 2, recompute: str = "selective") -> xr.Dataset:
+    """Contention slowdown of one model's compute overlapped with a collective of each message size
+    (an FSDP-style all-gather / reduce-scatter mix over ``gpus`` GPUs of one node): channels, HBM
+    share and the compute slowdown at full clock."""
+    model_spec = resolve_model(model)
+    systems = _names("systems", systems, resolve_system)
+    precisions = _precisions(precisions)
+    sizes = check_floats("message_bytes", message_bytes, 1.0, 1e12)
+    plan = plan_for(gpus, global_batch, micro_batch, recompute, 3)
+    shape = (len(systems), len(precisions), len(sizes))
+    out = {name: np.full(shape, np.nan) for name in ("contention_slowdown", "sm_share", "hbm_share", "channels",
+                                                     "wire_GBps")}
+    for j, name in enumerate(systems):
+        system = resolve_system(name)
+        run = RunSpec(id=name, model=model_spec, system=system, plan=plan)
+        run.plan.check_against(model_spec)
+        calib = perfmodel.calibration_vector(system.generation)
+        profile = ov.collective_profile(run)
+        n = int(gpus)
+        for k, precision in enumerate(precisions):
+            if precision == "fp8" and system.peak_flops_fp8 is None:
+                continue
+            psys = ov.precision_system(system, precision)
+            seq = RunSpec(id=name, model=model_spec, system=psys, plan=dataclasses.replace(plan, overlap_grad_reduce=False))
+            alone = perfmodel.predict(seq)
+            base = alone.breakdown["compute"] + alone.breakdown["recompute"]
+            for s, size in enumerate(sizes):
+                t = allgather_time(size, n, 1, system.scale_up_domain, system.scale_up_GBps_per_gpu * 1e9,
+                                   system.scale_up_latency_s, system.scale_out_GBps_per_gpu * 1e9,
+                                   system.scale_out_latency_s, calib[K.C_NET_EFF])
+                wire = (n - 1) / n * size / t
+                cont = ov.contention(psys, size, wire, profile["hbm_bytes_per_wire_byte"])
+                busy = perfmodel.predict(RunSpec(id=name, model=model_spec, plan=seq.plan,
+                                                 system=ov.contended_system(psys, cont["channels"], cont["hbm_share"])))
+                out["contention_slowdown"][j, k, s] = (busy.breakdown["compute"] + busy.breakdown["recompute"]) / base - 1
+                out["sm_share"][j, k, s] = cont["sm_share"]
+                out["hbm_share"][j, k, s] = cont["hbm_share"]
+                out["channels"][j, k, s] = cont["channels"]
+                out["wire_GBps"][j, k, s] = wire / 1e9
+    dims = ("system", "precision", "message_bytes")
+    meta = {"contention_slowdown": ("1", "compute slowdown from SM and HBM contention at full clock"),
+            "sm_share": ("1", "share of the SMs the collective holds"),
+            "hbm_share": ("1", "share of achievable HBM bandwidth the collective demands"),
+            "channels": ("1", "collective channels (SMs)"),
+            "wire_GBps": ("GB/s", "bytes a GPU receives per second of the collective")}
+    ds = xr.Dataset({name: (dims, arr, {"units": meta[name][0], "long_name": meta[name][1]}) for name, arr in out.items()},
+                    coords={"system": systems, "precision": precisions, "message_bytes": np.asarray(sizes, dtype=float)})
+    ds["message_bytes"].attrs.update({"units": "B", "long_name": "collective message size"})
+    for name in ("system", "precision"):
+        ds[name].attrs.update({"units": "1", "long_name": name})
+    ds.attrs.update(provenance({"model": model, "systems": systems, "precisions": precisions,
+                                "message_bytes": sizes, "gpus": int(gpus), "global_batch": int(global_batch),
+                                "micro_batch": int(micro_batch), "recompute": recompute}))
+    ds.attrs["model"] = model
+    return ds

@@ -171,5 +171,13 @@ def test_git_commit_clean_and_dirty(tmp_path, monkeypatch):
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "f.png").write_bytes(b"x")  # workflow outputs do not count
     assert tsio.git_commit(tmp_path) == head
+    # nor do the prose and the tests: committing them keeps the provenance
+    (tmp_path / "README.md").write_text("words")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("x = 1")
+    assert tsio.git_commit(tmp_path) == head
+    git("add", "README.md", "tests")
+    git("commit", "-q", "-m", "docs and tests")
+    assert tsio.git_commit(tmp_path) == head
     (tmp_path / "a.txt").write_text("b")
     assert tsio.git_commit(tmp_path / "a.txt") == head + "-dirty"

@@ -36,8 +36,11 @@ __all__ = ["provenance", "git_commit", "write_dataset", "read_dataset", "save_fi
 
 NETCDF_ENGINE = "h5netcdf"
 
-# Outputs the workflow writes into the repository: their changes do not make the code "dirty".
-_OUTPUT_PATHSPECS = (":(exclude)figures",)
+# What no figure is computed from: the workflow's own outputs, and the prose, tests, benchmarks and CI
+# scripts around the code. Their changes neither make the code "dirty" nor move the provenance, so a
+# commit that only edits the README or a test does not make the committed figures stale.
+_OUTPUT_PATHSPECS = tuple(f":(exclude){path}" for path in (
+    "figures", "README.md", "CITATION.cff", "LICENSE", "tests", "benchmarks", ".ci"))
 
 
 def _package_version() -> str:
@@ -78,11 +81,12 @@ def git_commit(path: str | os.PathLike | None = None) -> str:
     """The last commit that changed what the outputs are computed from, in the git repository
     holding ``path`` (default: this package).
 
-    That is the newest commit touching anything outside the ``figures/`` outputs, not HEAD: a
-    commit that only adds regenerated figures does not change the provenance, so regenerating them
-    from a fresh checkout writes the same bytes. Returns ``"unknown"`` when git is not installed,
+    That is the newest commit touching anything the outputs are computed from (everything but the
+    ``figures/`` outputs and the README, citation, licence, tests, benchmarks and CI scripts), not
+    HEAD: a commit that only adds regenerated figures, or edits the prose or a test, does not change
+    the provenance, so regenerating the figures from a fresh checkout writes the same bytes. Returns ``"unknown"`` when git is not installed,
     the package is not in a repository, or the repository has no commit yet. Appends ``"-dirty"``
-    when the working tree has changes outside ``figures/``. Never raises.
+    when the working tree has changes to those inputs. Never raises.
     """
     where = Path(path) if path is not None else Path(__file__).resolve().parent
     if where.is_file():

@@ -225,14 +225,12 @@ def test_hierarchical_is_seeded_and_converges():
     (dict(method="sync", worker_comm_s=1.0), "method"),
     (dict(method="async", full_batch=True), "full_batch"),
     (dict(method="ist", optimizer="adam"), "method"),
-    (dict(method="ist", compressor="top_k"), "method"),
+    (dict(method="ist", compressor={"name": "top_k", "k": 1}), "method"),
 ])
 def test_event_methods_validate(kwargs, field):
     p = C.make_problem("least_squares", 40, 3, workers=4, seed=0)
     args = dict(method="sync", optimizer="sgd", lr=0.1, steps=8, batch_size=2)
     args.update(kwargs)
-    if args["method"] == "ist" and args.get("compressor") == "top_k":
-        args["compressor"] = {"name": "top_k", "k": 1}
     with pytest.raises(SpecError) as err:
         C.run(p, **args)
     assert err.value.field == field

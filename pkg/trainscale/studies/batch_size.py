@@ -43,6 +43,7 @@ import xarray as xr
 
 from .. import convergence as cv
 from .. import perfmodel
+from ..checks import check_float, check_floats, check_int
 from ..io import provenance
 from ..specs import (
     RECOMPUTE_MODES,
@@ -68,41 +69,26 @@ R_OK, R_DIVIDE, R_MEMORY, R_TARGET = range(4)
 # validation
 
 
+def _increasing(name: str, values: list):
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise SpecError(name, values, "expected strictly increasing values")
+    return values
+
+
 def _int_list(name: str, values, minimum: int = 1) -> list[int]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) == 0:
         raise SpecError(name, values, f"expected a non-empty list of integers >= {minimum}")
-    out = []
-    for v in values:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < minimum:
-            raise SpecError(name, list(values), f"expected a non-empty list of integers >= {minimum}")
-        out.append(int(v))
-    if len(set(out)) != len(out) or out != sorted(out):
-        raise SpecError(name, out, "expected strictly increasing values")
-    return out
+    return _increasing(name, [check_int(name, v, minimum) for v in values])
 
 
 def _float_list(name: str, values) -> list[float]:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) == 0:
-        raise SpecError(name, values, "expected a non-empty list of positive numbers")
-    out = []
-    for v in values:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(float(v)) or float(v) <= 0:
-            raise SpecError(name, list(values), "expected a non-empty list of positive numbers")
-        out.append(float(v))
-    if out != sorted(set(out)):
-        raise SpecError(name, out, "expected strictly increasing values")
-    return out
+    return _increasing(name, check_floats(name, values, 0.0, open_min=True))
 
 
 def _positive(name: str, value, integer: bool = False, maximum: float = math.inf) -> float:
-    ok_type = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, ok_type) or not math.isfinite(float(value)) \
-            or value <= 0 or value > maximum:
-        what = "an integer" if integer else "a number"
-        rng = "> 0" if maximum == math.inf else f"in (0, {maximum}]"
-        raise SpecError(name, value, f"expected {what} {rng}")
-    return int(value) if integer else float(value)
+    if integer:
+        return check_int(name, value, 1, None if maximum == math.inf else int(maximum))
+    return check_float(name, value, 0.0, maximum, open_min=True)
 
 
 # ---------------------------------------------------------------------------------------------

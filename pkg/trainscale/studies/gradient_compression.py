@@ -228,7 +228,7 @@ def ist_vs_compression(heterogeneities: Sequence[float], *, methods: Sequence[st
             # one message per worker per step; the step lasts as long as its largest message
             step_bits = np.diff(per_worker, axis=0).max(axis=1) / eval_every
             bits_step[i, j] = float(step_bits.max()) if step_bits.size else 0.0
-            per_step_s = np.array([transfer_s(b / 8.0, link) for b in step_bits])
+            per_step_s = np.array([wallclock.transfer_time_s(b / 8.0, link) for b in step_bits])
             comm[i, j] = np.concatenate([[0.0], np.cumsum(per_step_s * eval_every)])
             floor[i, j] = float(np.mean(ds["suboptimality"].values[-tail:]))
 
@@ -270,7 +270,3 @@ def ist_vs_compression(heterogeneities: Sequence[float], *, methods: Sequence[st
                     stands_in_for="the paper's quadratic (least squares); no catalog transformer")
     return ds
 
-
-def transfer_s(nbytes: float, link: wallclock.Link) -> float:
-    """One worker's message of ``nbytes`` on ``link`` (``wallclock.transfer_time_s``)."""
-    return wallclock.transfer_time_s(float(nbytes), link)

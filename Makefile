@@ -1,7 +1,8 @@
 # trainscale — one-command entry points. GNU make; recipes are indented with tabs.
 #
 #   make setup          create .venv with the pinned stack (requirements.txt) + editable package
-#   make test           run the test suite
+#   make test           run the test suite without the tests marked slow (under 6 min on 2 cores)
+#   make test-all       the whole suite, slow tests included (what CI runs)
 #   make figures        run every study (workflow/Snakefile) in full mode
 #   make figures-quick  the same with small grids (what CI runs)
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
@@ -18,13 +19,14 @@ STAMP    = $(VENV)/.installed
 LAB_STAMP = $(VENV)/.lab-installed
 
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
-export MPLBACKEND = Agg
+# Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
+export PATH := $(VENV_BIN):$(PATH)
 
-.PHONY: all setup test figures figures-quick sweeps bench lab lint clean help
+.PHONY: all setup test test-all figures figures-quick sweeps bench lab lint clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '3,12p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,13p' $(firstword $(MAKEFILE_LIST))
 
 all: test
 
@@ -45,16 +47,19 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 test: $(STAMP)
-	$(PY) -m pytest
+	MPLBACKEND=Agg $(PY) -m pytest -m "not slow"
+
+test-all: $(STAMP)
+	MPLBACKEND=Agg $(PY) -m pytest
 
 figures: $(STAMP)
-	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile
+	MPLBACKEND=Agg $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile
 
 figures-quick: $(STAMP)
-	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile --config mode=quick
+	MPLBACKEND=Agg $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile --config mode=quick
 
 sweeps: $(STAMP)
-	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake sweeps --cores all --snakefile workflow/Snakefile
+	MPLBACKEND=Agg $(VENV)/bin/snakemake sweeps --cores all --snakefile workflow/Snakefile
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
@@ -63,11 +68,12 @@ $(LAB_STAMP): requirements-lab.txt $(STAMP)
 	$(PY) -m pip install -r requirements-lab.txt
 	touch $@
 
+# Inline plots in the lab (no Agg); --allow-root only where it must (root in a container).
 lab: $(LAB_STAMP)
-	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 lint: $(STAMP)
-	PATH="$(VENV_BIN):$$PATH" $(VENV)/bin/snakemake --lint --snakefile workflow/Snakefile
+	$(VENV)/bin/snakemake --lint --snakefile workflow/Snakefile
 	$(VENV)/bin/snakefmt --check workflow
 
 clean:

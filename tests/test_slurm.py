@@ -23,7 +23,7 @@ import yaml
 
 from conftest import BIN_DIR, REPO_ROOT, run_snakemake, tail, workflow_env
 
-pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
+pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
 
 STUDIES = ["validation", "pipeline-planning"]
 PROFILE = "workflow/profiles/slurm"

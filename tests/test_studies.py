@@ -139,6 +139,7 @@ def _hashes(results):
     return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
+@pytest.mark.slow
 def test_rerun_is_byte_identical(quick_workflow):
     """A forced rerun at the same commit writes the same bytes. The session run is the reference
     when its datasets record the current commit (a fresh clone, as in CI); outputs left from an

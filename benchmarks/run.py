@@ -146,7 +146,7 @@ def main() -> int:
     failures = []
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
-    full = {name: list(space.get(name, [0] if name in ("shard_group", "zero3_per_tensor") else [1]))
+    full = {name: list(space.get(name, [0] if name in ("shard_group", "zero3_per_tensor", "tp_comm_overlap") else [1]))
             for name in perfmodel.GRID_AXES}
     n_plans = perfmodel.grid_size(full)
     if n_plans < MIN_PLANS:

@@ -111,14 +111,20 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
 def plan_fields(plan: PlanSpec) -> tuple:
     return (plan.tp, plan.pp, plan.dp, plan.cp, plan.interleave, plan.micro_batch, plan.global_batch,
             RECOMPUTE_MODES.index(plan.recompute), plan.sequence_parallel, plan.zero, plan.shard_group,
-            plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor, plan.ep)
+            plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor, plan.ep, plan.tp_comm_overlap)
 
 
 # --------------------------------------------------------------------------- one run
 @dataclass
 class Prediction:
     """Predicted step of one run. Rates are per GPU unless named otherwise; ``energy_J_per_token``
-    counts the accelerators, ``node_energy_J_per_token`` adds each node's overhead power."""
+    counts the accelerators, ``node_energy_J_per_token`` adds each node's overhead power.
+
+    ``breakdown`` holds the exposed time of each component on the critical pipeline stage (they add
+    up to the step); ``comm_total_s`` the tensor-, context- and data-parallel communication before
+    overlap (what the breakdown's ``tp_comm``, ``cp_comm`` and ``dp_comm`` would be with nothing
+    hidden); ``memory_breakdown_gib`` the most loaded GPU's memory by component (it adds up to
+    ``memory_gib_per_gpu``)."""
 
     id: str
     step_time_s: float
@@ -134,6 +140,8 @@ class Prediction:
     energy_J_per_token: float
     node_energy_J_per_token: float
     breakdown: dict = field(default_factory=dict)
+    memory_breakdown_gib: dict = field(default_factory=dict)
+    comm_total_s: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         out = {
@@ -153,15 +161,17 @@ class Prediction:
         out["energy_J_per_token"] = self.energy_J_per_token
         out["node_energy_J_per_token"] = self.node_energy_J_per_token
         out["breakdown"] = dict(self.breakdown)
+        out["memory_breakdown_gib"] = dict(self.memory_breakdown_gib)
+        out["comm_total_s"] = dict(self.comm_total_s)
         return out
 
 
 def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
     """The kernel's result vector (layout ``O_*``) of one plan, pipeline in closed form."""
     mvec, svec = model_vector(model), system_vector(system)
-    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep) = plan_fields(plan)
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)
-    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep)
+    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
     out = np.empty(K.O_SIZE)
     plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
                per_tensor, out, ep)
@@ -201,9 +211,12 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     closed_busy = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + (
         out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) + out[K.O_EP_COMM]
     scale = busiest / closed_busy
-    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM):
+    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM, K.O_TP_COMM_TOTAL,
+                 K.O_CP_COMM_TOTAL):
         out[slot] *= scale
-    out[K.O_DP_COMM] = (out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) * scale + out[K.O_DP_EXPOSED]
+    dp_exposed = (out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) * scale + out[K.O_DP_EXPOSED]
+    out[K.O_DP_COMM_TOTAL] += dp_exposed - out[K.O_DP_COMM]  # what overlap hides is unchanged
+    out[K.O_DP_COMM] = dp_exposed
     out[K.O_PP_COMM] = makespan - makespan_free
     out[K.O_BUBBLE] = makespan_free - busiest
     step = makespan + out[K.O_DP_EXPOSED] + out[K.O_OPTIMIZER]
@@ -239,6 +252,10 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
         node_energy_J_per_token=(float(out[K.O_ENERGY_J]) + system.node_overhead_W / system.gpus_per_node * step)
         * gpus / tokens,
         breakdown=breakdown,
+        memory_breakdown_gib={name: float(out[slot]) / GiB for name, slot in zip(K.MEMORY_COMPONENTS,
+                                                                                 K.MEMORY_SLOTS)},
+        comm_total_s={"tp_comm": float(out[K.O_TP_COMM_TOTAL]), "cp_comm": float(out[K.O_CP_COMM_TOTAL]),
+                      "dp_comm": float(out[K.O_DP_COMM_TOTAL])},
     )
 
 
@@ -259,7 +276,8 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
 
 # --------------------------------------------------------------------------- grids
 GRID_AXES = ("tp", "pp", "cp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
-             "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor")
+             "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap")
+BOOLEAN_AXES = ("sequence_parallel", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap")
 # the expert-parallel axis: a grid has it (last) only when the caller asks for it
 EP_AXIS = "ep"
 
@@ -280,8 +298,7 @@ def _axis(values, name: str) -> np.ndarray:
     arr = np.asarray([int(v) for v in values], dtype=np.int64)
     if arr.size == 0:
         raise SpecError(name, list(values), "expected at least one value")
-    minimum = 0 if name in ("sequence_parallel", "zero", "shard_group", "overlap_grad_reduce",
-                            "flash_attention", "zero3_per_tensor") else 1
+    minimum = 0 if name in BOOLEAN_AXES + ("zero", "shard_group") else 1
     if (arr < minimum).any():
         raise SpecError(name, list(values), f"expected integers >= {minimum}")
     return arr
@@ -302,8 +319,7 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     if unknown:
         name = sorted(unknown)[0]
         raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + (EP_AXIS,))}")
-    defaults = {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
-                "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0]}
+    defaults = {"recompute": ["full"], "zero": [0], "shard_group": [0], **{name: [0] for name in BOOLEAN_AXES}}
     names = GRID_AXES + ((EP_AXIS,) if EP_AXIS in axes else ())
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
     arrays = [_axis(values[name], name) for name in names]
@@ -377,6 +393,7 @@ def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch:
         "shard_group": shard,
         "overlap_grad_reduce": [0, 1],
         "flash_attention": [0, 1],
+        "tp_comm_overlap": [0, 1],
     }
 
 
@@ -421,7 +438,7 @@ def rank(grid: xr.Dataset, top: int) -> list[dict]:
         idx = np.unravel_index(index, step.shape)
         plan = {name: grid[name].values[i].item() for name, i in zip(axes, idx)}
         plan["dp"] = int(grid["dp"].values[idx])
-        for key in ("sequence_parallel", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor"):
+        for key in BOOLEAN_AXES:
             plan[key] = bool(plan[key])
         ranked.append({
             "plan": plan,
@@ -446,7 +463,8 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     sequence_parallel=bool(p["sequence_parallel"]), zero=p["zero"],
                     shard_group=p.get("shard_group", 0), overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
                     flash_attention=bool(p["flash_attention"]),
-                    zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)))
+                    zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)),
+                    tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]))
 
 
 __all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",

@@ -368,6 +368,9 @@ class PlanSpec:
     ``ep`` is the expert-parallel degree of a mixture-of-experts model: each expert lives on one
     of ``ep`` data-parallel ranks (``ep`` divides ``dp`` and the experts; it takes no GPUs of its
     own, as in Megatron-LM and DeepSpeed-MoE). 1 (the default) for dense models.
+    ``tp_comm_overlap`` overlaps the sequence-parallel all-gathers and reduce-scatters with the
+    neighbouring GEMMs, as Megatron-Core's ``--tp-comm-overlap`` does (needs sequence parallelism;
+    off by default, as in Megatron-LM).
     """
 
     tp: int = 1
@@ -385,6 +388,7 @@ class PlanSpec:
     flash_attention: bool = False
     zero3_per_tensor: bool = False
     ep: int = 1
+    tp_comm_overlap: bool = False
 
     @property
     def gpus(self) -> int:
@@ -426,9 +430,12 @@ class PlanSpec:
             flash_attention=_bool(d, "flash_attention", where, False),
             zero3_per_tensor=_bool(d, "zero3_per_tensor", where, False),
             ep=_int(d, "ep", where, 1),
+            tp_comm_overlap=_bool(d, "tp_comm_overlap", where, False),
         )
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)
+        if plan.tp_comm_overlap and not plan.sequence_parallel:
+            raise SpecError("plan.tp_comm_overlap", True, "needs sequence_parallel: true", where)
         if gpus is not None and plan.gpus != gpus:
             raise SpecError("gpus", gpus, f"must equal tp*pp*dp*cp = {tp}*{pp}*{plan.dp}*{cp} = {plan.gpus}",
                             where)

@@ -80,8 +80,8 @@ def _coords(spec: Mapping) -> dict:
 
 
 def _default(name: str) -> list:
-    return {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
-            "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0]}.get(name, [1])
+    return {"recompute": ["full"], "zero": [0], "shard_group": [0],
+            **{axis: [0] for axis in perfmodel.BOOLEAN_AXES}}.get(name, [1])
 
 
 def evaluate_units(spec: Mapping, work: Sequence[tuple[str, int, int]]) -> xr.Dataset:

@@ -2,8 +2,8 @@
 
 The grid is the Cartesian product of per-axis value arrays, flattened in C order over
 ``(tp, pp, cp, interleave, micro_batch, recompute, sequence_parallel, zero, shard_group,
-overlap_grad_reduce, flash_attention, zero3_per_tensor, ep)``; ``dp`` follows from the GPU count.
-Layer costs depend on only seven of the axes, so they are priced once per distinct combination
+overlap_grad_reduce, flash_attention, zero3_per_tensor, tp_comm_overlap, ep)``; ``dp`` follows from
+the GPU count. Layer costs depend on only eight of the axes, so they are priced once per distinct combination
 (first ``prange``), then every plan is assembled from its row of that table (second ``prange``).
 Each iteration writes its own output row: no reductions, so results do not depend on the thread
 count. :func:`evaluate_grid` is the dense grid (``ep = 1``, the last axis left out).
@@ -33,35 +33,38 @@ def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v,
 
 @njit(parallel=True, cache=True)
 def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                     zero_v, shard_v, ovl_v, flash_v, tensor_v, ep_v):
+                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v):
     """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, ``ep`` last."""
     n_tp, n_cp, n_mb = tp_v.shape[0], cp_v.shape[0], mb_v.shape[0]
     n_rc, n_sp, n_fl, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], ep_v.shape[0]
-    n_layer = n_tp * n_cp * n_mb * n_rc * n_sp * n_fl * n_ep
+    n_tpo = tpo_v.shape[0]
+    n_layer = n_tp * n_cp * n_mb * n_rc * n_sp * n_fl * n_tpo * n_ep
     table = np.empty((n_layer, L_SIZE))
     for j in prange(n_layer):
         i_ep = j % n_ep
-        i_fl = (j // n_ep) % n_fl
-        i_sp = (j // (n_ep * n_fl)) % n_sp
-        i_rc = (j // (n_ep * n_fl * n_sp)) % n_rc
-        i_mb = (j // (n_ep * n_fl * n_sp * n_rc)) % n_mb
-        i_cp = (j // (n_ep * n_fl * n_sp * n_rc * n_mb)) % n_cp
-        i_tp = j // (n_ep * n_fl * n_sp * n_rc * n_mb * n_cp)
+        i_tpo = (j // n_ep) % n_tpo
+        i_fl = (j // (n_ep * n_tpo)) % n_fl
+        i_sp = (j // (n_ep * n_tpo * n_fl)) % n_sp
+        i_rc = (j // (n_ep * n_tpo * n_fl * n_sp)) % n_rc
+        i_mb = (j // (n_ep * n_tpo * n_fl * n_sp * n_rc)) % n_mb
+        i_cp = (j // (n_ep * n_tpo * n_fl * n_sp * n_rc * n_mb)) % n_cp
+        i_tp = j // (n_ep * n_tpo * n_fl * n_sp * n_rc * n_mb * n_cp)
         tp = tp_v[i_tp]
         cp = cp_v[i_cp]
         if tp < 1 or cp < 1:
             table[j, :] = np.nan
             continue
         layer_costs(model, system, calib, tp, cp, mb_v[i_mb], rc_v[i_rc], sp_v[i_sp] != 0,
-                    flash_v[i_fl] != 0, table[j], ep_v[i_ep])
+                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0)
 
     n_pp, n_v, n_zero = pp_v.shape[0], v_v.shape[0], zero_v.shape[0]
     n_shard, n_ovl, n_ten = shard_v.shape[0], ovl_v.shape[0], tensor_v.shape[0]
-    n = n_tp * n_pp * n_cp * n_v * n_mb * n_rc * n_sp * n_zero * n_shard * n_ovl * n_fl * n_ten * n_ep
+    n = n_tp * n_pp * n_cp * n_v * n_mb * n_rc * n_sp * n_zero * n_shard * n_ovl * n_fl * n_ten * n_tpo * n_ep
     results = np.empty((n, O_SIZE))
     dps = np.zeros(n, dtype=np.int64)
-    # C-order strides of (tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, flash, per_tensor, ep), last fastest
-    s_ten = n_ep
+    # C-order strides of (tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, flash, per_tensor, tpo, ep), last fastest
+    s_tpo = n_ep
+    s_ten = s_tpo * n_tpo
     s_fl = s_ten * n_ten
     s_ovl = s_fl * n_fl
     s_shard = s_ovl * n_ovl
@@ -76,6 +79,7 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
     for i in prange(n):
         # decoded with scalars: no allocation inside the parallel loop
         i_ep = i % n_ep
+        i_tpo = (i // s_tpo) % n_tpo
         i_ten = (i // s_ten) % n_ten
         i_fl = (i // s_fl) % n_fl
         i_ovl = (i // s_ovl) % n_ovl
@@ -88,7 +92,8 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
         i_cp = (i // s_cp) % n_cp
         i_pp = (i // s_pp) % n_pp
         i_tp = i // s_tp
-        j = (((((i_tp * n_cp + i_cp) * n_mb + i_mb) * n_rc + i_rc) * n_sp + i_sp) * n_fl + i_fl) * n_ep + i_ep
+        j = ((((((i_tp * n_cp + i_cp) * n_mb + i_mb) * n_rc + i_rc) * n_sp + i_sp) * n_fl + i_fl) * n_tpo
+             + i_tpo) * n_ep + i_ep
         dps[i] = grid_plan_costs(model, system, calib, table[j], gpus, global_batch, tp_v[i_tp], pp_v[i_pp],
                                  cp_v[i_cp], v_v[i_v], mb_v[i_mb], rc_v[i_rc], zero_v[i_zero], shard_v[i_shard],
                                  ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep])
@@ -97,7 +102,7 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
 
 @njit(cache=True)
 def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                  zero_v, shard_v, ovl_v, flash_v, tensor_v):
+                  zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v):
     """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened dense grid (``ep = 1``)."""
     return evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                            zero_v, shard_v, ovl_v, flash_v, tensor_v, np.ones(1, dtype=np.int64))
+                            zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, np.ones(1, dtype=np.int64))

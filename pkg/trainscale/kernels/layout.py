@@ -53,8 +53,7 @@ C_KERNEL_S = 5  # fixed cost per kernel (launch + tail)
 C_HBM_EFF = 6  # achievable fraction of HBM bandwidth for streaming kernels
 C_RESERVED_BYTES = 7  # memory held by the framework, CUDA context, NCCL buffers
 C_POWER_COMPUTE = 8  # share of dynamic power drawn by the compute units at full use
-C_POWER_MEMORY = 9
-R_EP = 10  # share drawn by HBM traffic at full bandwidth
+C_POWER_MEMORY = 9  # share drawn by HBM traffic at full bandwidth
 C_SIZE = 10
 
 # recomputation modes
@@ -65,7 +64,7 @@ RC_FULL = 2
 # per-layer cost table (seconds per micro-batch on one GPU, and bytes)
 L_FWD_GEMM = 0
 L_FWD_ELEM = 1
-L_FWD_TP = 2
+L_FWD_TP = 2  # exposed tensor-parallel communication, forward
 L_BWD_GEMM = 3
 L_BWD_ELEM = 4
 L_BWD_TP = 5
@@ -73,7 +72,7 @@ L_RECOMP = 6  # compute re-done in backward
 L_RECOMP_TP = 7  # tensor-parallel communication re-done in backward
 L_CP = 8  # exposed context-parallel communication, fwd + bwd
 L_ACT_BYTES = 9  # activation bytes kept per micro-batch between forward and backward
-L_WORK_BYTES = 10  # transient bytes while one layer runs (recompute working set)
+L_WORK_BYTES = 10  # transient bytes while one layer runs its backward (activation gradients + recompute)
 L_HEAD_FWD = 11  # output projection + loss, forward (last stage)
 L_HEAD_BWD = 12
 L_HEAD_BYTES = 13  # logits kept for backward
@@ -83,7 +82,10 @@ L_FLOPS_HEAD = 16  # model FLOPs of the output projection forward
 L_HBM_TIME = 17  # time spent in memory-bound kernels, fwd + bwd + recompute (for power)
 L_FWD_EP = 18  # expert-parallel all-to-all (dispatch + combine), forward
 L_BWD_EP = 19  # the same in the backward pass, with the recomputed forward's
-L_SIZE = 20
+L_TP_TOTAL = 20  # tensor-parallel communication fwd + bwd + recompute, before any overlap
+L_CP_TOTAL = 21  # context-parallel ring exchange fwd + bwd, before overlap with attention
+L_CP_FWD = 22  # the forward pass's share of L_CP
+L_SIZE = 23
 
 # plan-result vector
 O_STEP = 0
@@ -112,7 +114,22 @@ O_DP_EXPOSED = 21  # per step: exposed data-parallel gradient synchronisation
 O_GEMM_BUSY = 22  # per step on the critical stage: time in GEMMs (for power)
 O_HBM_BUSY = 23  # per step on the critical stage: time in memory-bound kernels
 O_EP_COMM = 24  # per step: expert-parallel all-to-all on the critical stage
-O_SIZE = 25
+# memory of the most loaded GPU by component (bytes); they add up to O_MEM_BYTES
+O_MEM_WEIGHTS = 25  # 16-bit parameters held (a ZeRO-3 shard, or the stage's full share)
+O_MEM_GRADS = 26  # gradients
+O_MEM_OPTIMIZER = 27  # fp32 master weights and Adam moments
+O_MEM_ACTIVATIONS = 28  # activations kept between forward and backward (all in-flight micro-batches)
+O_MEM_TRANSIENT = 29  # activation gradients and recomputed activations of the layer in backward
+O_MEM_BUFFERS = 30  # ZeRO-3 prefetched layers
+O_MEM_RESERVED = 31  # CUDA context, library workspaces, communication buffers, fragmentation
+# communication per step on the critical stage before overlap (the breakdown holds what is exposed)
+O_TP_COMM_TOTAL = 32
+O_CP_COMM_TOTAL = 33
+O_DP_COMM_TOTAL = 34
+O_SIZE = 35
+
+MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "transient", "buffers", "reserved")
+MEMORY_SLOTS = (25, 26, 27, 28, 29, 30, 31)
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
              "optimizer")

@@ -54,13 +54,15 @@ from .layout import (
     C_FETCH_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
-    L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP,
+    L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
     M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
     M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_TOP_K, M_VOCAB,
     O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_EP_COMM, O_GEMM_BUSY,
     O_HBM_BUSY,
     O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
     O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
+    O_MEM_WEIGHTS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_ACTIVATIONS, O_MEM_TRANSIENT, O_MEM_BUFFERS, O_MEM_RESERVED,
+    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL,
     R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV,
     RC_FULL, RC_SELECTIVE,
     S_HBM_BW, S_HBM_BYTES, S_HOP_LAT, S_IDLE_W, S_LEAF_GPUS, S_OVERSUB, S_PEAK_FLOPS, S_SCALE_OUT_BW,
@@ -82,9 +84,24 @@ def out_link(system, n, stride):
 
 
 @njit(cache=True)
-def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
+def tp_overlapped_time(collective_s, tp, gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s):
+    """Exposed time of a pass's four sequence-parallel collectives (each ``collective_s``), each
+    overlapped with its neighbouring GEMM as Megatron-Core's TP communication overlap does: the
+    collective is split into ``tp`` chunks pipelined with the GEMM's chunks, so one chunk is always
+    exposed and the rest hides behind the GEMM, ``max(c / tp, c - t_GEMM)`` each. The GEMMs are
+    assumed not to slow down (the overlap runs on copy engines and a few SMs)."""
+    c = collective_s
+    exposed = 0.0
+    for g in (gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s):
+        exposed += max(c / tp, c - g)
+    return exposed
+
+
+@njit(cache=True)
+def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False):
     """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
-    (``ep``: expert-parallel degree, used by mixture-of-experts models only)."""
+    (``ep``: expert-parallel degree, used by mixture-of-experts models only; ``tp_overlap``:
+    tensor-parallel communication overlapped with the GEMMs, see :func:`tp_overlapped_time`)."""
     h = model[M_HIDDEN]
     a = model[M_HEADS]
     f = model[M_FFN]
@@ -156,6 +173,12 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
     else:
         one = allreduce_time(msg, itp, 1, domain, bw_up, lat_up, bw_t, lat_t, eff)
     tp_pass = 2.0 * one
+    tp_fwd = tp_pass
+    tp_bwd = tp_pass
+    if tp_overlap and sp and itp > 1:  # all-gathers before QKV / FC1, reduce-scatters after proj / FC2
+        half = 0.5 * one
+        tp_fwd = tp_overlapped_time(half, itp, f_qkv, f_o, f_up, f_dn)
+        tp_bwd = tp_overlapped_time(half, itp, b_qkv, b_o, b_up, b_dn)
 
     # expert parallelism: dispatch and combine all-to-alls over the ep ranks (tp*cp apart)
     ep_fwd = 0.0
@@ -169,7 +192,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
     # recomputation in the backward pass
     if rc == RC_FULL:
         recomp = fwd_gemm + fwd_elem
-        recomp_tp = tp_pass
+        recomp_tp = tp_fwd
     elif rc == RC_SELECTIVE and not flash:
         recomp = f_sc + f_av + attn_elem
         recomp_tp = 0.0
@@ -180,12 +203,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
     # context parallelism: ring attention passes K and V around the cp ranks (and their
     # gradients backward), hidden behind the attention core where it can be
     cp_exposed = 0.0
+    cp_fwd = 0.0
+    cp_total = 0.0
     if cp > 1:
         kv_bytes = 2.0 * BYTES * mb * sc * kv / t
         bw_c, lat_c = out_link(system, cp, itp)
         fwd_ring = allgather_time(kv_bytes * cp, cp, itp, domain, bw_up, lat_up, bw_c, lat_c, eff)
         core = f_sc + f_av
-        cp_exposed = max(0.0, fwd_ring - core) + max(0.0, 2.0 * fwd_ring - (b_sc + b_av))
+        cp_fwd = max(0.0, fwd_ring - core)
+        cp_exposed = cp_fwd + max(0.0, 2.0 * fwd_ring - (b_sc + b_av))
+        cp_total = 3.0 * fwd_ring
 
     # activation memory (Korthikanti et al. 2022), per token in units of h bytes
     attn_act = 7.0 + 4.0 * kv / h
@@ -198,15 +225,19 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
     else:
         dense = 10.0 * m * h + (per_token - 10.0) * m * h / t
     scores = 4.0 * mb * (a / t) * sc if flash else 5.0 * mb * (a / t) * sc * s
+    # transient while one layer runs its backward: the gradients of its activations (one layer,
+    # one micro-batch, the size of what it stores without recomputation), plus what it
+    # re-materialises (full: the whole layer; selective: the attention scores)
+    grads = dense + scores
     if rc == RC_FULL:
         act = BYTES * m * h / (t if sp else 1.0)
-        work = dense + scores
+        work = grads + dense + scores
     elif rc == RC_SELECTIVE:
         act = dense + (scores if flash else 0.0)
-        work = 0.0 if flash else scores
+        work = grads + (0.0 if flash else scores)
     else:
         act = dense + scores
-        work = 0.0
+        work = grads
 
     # output projection + cross-entropy on the last stage (fp32 logits kept for the loss)
     f_head, b_head = gemm_fwd_bwd_time(im, int(vocab) // itp, ih, 1, peak, hbm, sms, calib)
@@ -230,10 +261,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
 
     out[L_FWD_GEMM] = fwd_gemm
     out[L_FWD_ELEM] = fwd_elem
-    out[L_FWD_TP] = tp_pass
+    out[L_FWD_TP] = tp_fwd
     out[L_BWD_GEMM] = bwd_gemm
     out[L_BWD_ELEM] = bwd_elem
-    out[L_BWD_TP] = tp_pass
+    out[L_BWD_TP] = tp_bwd
     out[L_RECOMP] = recomp
     out[L_RECOMP_TP] = recomp_tp
     out[L_CP] = cp_exposed
@@ -248,6 +279,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1):
     out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
     out[L_FWD_EP] = ep_fwd
     out[L_BWD_EP] = ep_bwd
+    out[L_TP_TOTAL] = (3.0 if rc == RC_FULL else 2.0) * tp_pass
+    out[L_CP_TOTAL] = cp_total
+    out[L_CP_FWD] = cp_fwd
 
 
 @njit(cache=True)
@@ -352,6 +386,152 @@ def chunk_layers(layers, pp, v):
 
 
 @njit(cache=True)
+def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_tensor):
+    """ZeRO-3 / FSDP communication of one layer and micro-batch, before any overlap:
+    ``(gather_s, reduce_scatter_s, end_gathers_s)``, the last for the embedding (or output layer)
+    of an end stage.
+
+    A layer's parameters are all-gathered before every use (forward, backward, and the recomputed
+    forward) and its gradients reduce-scattered, per micro-batch. PyTorch FSDP gathers a layer as
+    one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetches each parameter tensor separately,
+    each fetch paying ring latency and a host-side cost ``C_FETCH_S``.
+    """
+    if n_shard * cp <= 1:
+        return 0.0, 0.0, 0.0
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    eff = calib[C_NET_EFF]
+    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
+    t = float(tp)
+    group = n_shard * cp
+    tensors = model[M_TENSORS_LAYER] if per_tensor else 1.0
+    fetch = calib[C_FETCH_S] if per_tensor else 0.0
+    layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
+    bw_z, lat_z = out_link(system, group, tp)
+    gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+                        + fetch)
+    scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+    if model[M_EXPERTS] > 1.0 and e_shard * cp > 1:  # local experts, over the expert-data-parallel ranks
+        e_group = e_shard * cp
+        e_bytes = BYTES * model[M_PARAMS_EXPERTS] / (t * ep)
+        bw_e, lat_e = out_link(system, e_group, tp * ep)
+        experts = allgather_time(e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
+        gather += experts
+        scatter += experts
+    embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
+    per_end = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+    return gather, scatter, per_end
+
+
+@njit(cache=True)
+def p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb):
+    """Activation sends and receives of one stage per micro-batch (``2 v`` transfers of a
+    micro-batch's boundary activations, Megatron's scatter/gather over the tp ranks)."""
+    if pp <= 1:
+        return 0.0
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    n_in, n_out = group_split(pp, tp * cp * dp, domain)
+    p2p_bytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN] / float(tp)
+    bw_p, lat_p = out_link(system, 2, tp * cp * dp)
+    return 2.0 * v * p2p_time(p2p_bytes, n_out > 1, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_p, lat_p,
+                              calib[C_NET_EFF])
+
+
+@njit(cache=True)
+def dp_sync_time(system, calib, grad_bytes, group_ranks, stride, n_shard, dp_replicas, zero):
+    """Gradient synchronisation of one step over ``group_ranks`` data-parallel ranks ``stride``
+    apart: an all-reduce (ZeRO 0); for ZeRO 1-2 a reduce-scatter + all-gather in the shard group of
+    ``n_shard`` ranks (ZeRO 3 reduces per layer instead, see :func:`zero3_layer_time`); with hybrid
+    sharding (``dp_replicas`` > 1) an all-reduce of the shards across the replicas."""
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    eff = calib[C_NET_EFF]
+    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
+    if zero == 0:
+        bw_d, lat_d = out_link(system, group_ranks, stride)
+        return allreduce_time(grad_bytes, group_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+    shard_ranks = group_ranks // dp_replicas if dp_replicas > 0 else group_ranks
+    total = 0.0
+    if zero <= 2:
+        bw_d, lat_d = out_link(system, shard_ranks, stride)
+        total = 2.0 * allgather_time(grad_bytes, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+    if dp_replicas > 1:
+        rstride = stride * shard_ranks
+        bw_d, lat_d = out_link(system, dp_replicas, rstride)
+        total += allreduce_time(grad_bytes / n_shard, dp_replicas, rstride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+    return total
+
+
+@njit(cache=True)
+def state_bytes_per_param(zero, shard_ranks):
+    """(weights, gradients, optimizer) bytes per parameter of a GPU's stage under ZeRO stage
+    ``zero`` sharded over ``shard_ranks``: 16-bit weights and gradients, 12 bytes of fp32 master
+    weights and Adam moments (the ZeRO paper's ``2 + 2 + K``, K = 12); stage 1 shards the
+    optimizer, 2 also the gradients, 3 also the weights (ZeRO paper, Sec. 5)."""
+    w = BYTES / shard_ranks if zero == 3 else BYTES
+    g = BYTES / shard_ranks if zero >= 2 else BYTES
+    o = OPTIMIZER_BYTES_PER_PARAM / shard_ranks if zero >= 1 else OPTIMIZER_BYTES_PER_PARAM
+    return w, g, o
+
+
+@njit(cache=True)
+def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out):
+    """Per-GPU memory of the most loaded pipeline stage, by component, into ``out[O_MEM_*]``;
+    returns the total (bytes).
+
+    Stage ``i`` of 1F1B holds activations of ``min(m, p - i)`` micro-batches (the first stage
+    ``p``, Korthikanti et al. 2022 Sec. 4.2.3); interleaving adds the factor ``1 + (p-1)/(p v)``.
+    The last stage keeps the logits of its one micro-batch in flight. Expert parameters (mixture of
+    experts) are sharded over the expert-data-parallel ranks.
+    """
+    layers = int(model[M_LAYERS])
+    t = float(tp)
+    l_first, l_mid, l_last = stage_layers(layers, pp, v)
+    p_layer = model[M_PARAMS_LAYER] / t
+    pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if model[M_EXPERTS] > 1.0 else 0.0
+    w, g, o = state_bytes_per_param(zero, shard_ranks)
+    we, ge, oe = state_bytes_per_param(zero, e_shard_ranks)
+    inflight = micro if micro < pp else pp
+    factor = 1.0 + (pp - 1.0) / (pp * v) if v > 1 else 1.0
+    act = lc[L_ACT_BYTES]
+    best = -1.0
+    # candidate stages: first, middle-most loaded, last (one stage when pp == 1)
+    n_stages = 1 if pp == 1 else (3 if pp > 2 else 2)
+    for k in range(n_stages):
+        if pp == 1:
+            n_l = layers
+            dense = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
+            a = act * layers + lc[L_HEAD_BYTES]
+        elif k == 0:
+            n_l = l_first
+            dense = l_first * p_layer + model[M_PARAMS_EMBED] / t
+            a = act * l_first * inflight * factor
+        elif k == 1 and pp > 2:
+            n_l = l_mid
+            dense = l_mid * p_layer
+            a = act * l_mid * (inflight - 1 if inflight > 1 else 1) * factor
+        else:
+            n_l = l_last
+            dense = l_last * p_layer + model[M_PARAMS_HEAD] / t
+            a = act * l_last + lc[L_HEAD_BYTES]
+        experts = n_l * pe_layer
+        weights = dense * w + experts * we
+        grads = dense * g + experts * ge
+        optim = dense * o + experts * oe
+        if weights + grads + optim + a > best:
+            best = weights + grads + optim + a
+            out[O_MEM_WEIGHTS] = weights
+            out[O_MEM_GRADS] = grads
+            out[O_MEM_OPTIMIZER] = optim
+            out[O_MEM_ACTIVATIONS] = a
+    buffers = 0.0
+    if zero == 3:  # prefetched layers
+        buffers = 2.0 * BYTES * (p_layer + pe_layer)
+    out[O_MEM_TRANSIENT] = lc[L_WORK_BYTES]
+    out[O_MEM_BUFFERS] = buffers
+    out[O_MEM_RESERVED] = calib[C_RESERVED_BYTES]
+    return best + lc[L_WORK_BYTES] + buffers + calib[C_RESERVED_BYTES]
+
+
+@njit(cache=True)
 def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
                overlap, per_tensor, out, ep=1):
     """Fill ``out`` (layout ``O_*``) with the step time, its breakdown, FLOPs, memory and power
@@ -363,12 +543,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     if reason != R_OK:
         return
     layers = int(model[M_LAYERS])
-    t = float(tp)
     n_shard = shard if shard > 0 else dp
-    domain = int(system[S_SCALE_UP_DOMAIN])
-    eff = calib[C_NET_EFF]
-    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
-    bw_out, lat_out = system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT]
     micro = gb // (dp * mb)
     moe = model[M_EXPERTS] > 1.0
     # expert-data-parallel ranks: the dp/ep replicas of each expert shard, sharded as dp is
@@ -381,44 +556,29 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     cp_l = lc[L_CP]
     ep_l = lc[L_FWD_EP] + lc[L_BWD_EP]
 
-    # ZeRO-3 / FSDP: a layer's parameters are all-gathered before every use (forward, backward,
-    # and the recomputed forward) and its gradients reduce-scattered, per micro-batch. PyTorch
-    # FSDP gathers a layer as one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetched each
-    # parameter tensor separately, each fetch paying ring latency and a host-side cost.
-    z3_l = 0.0
+    # ZeRO-3: one gather in the forward; the other gathers (the recomputed forward's too) and the
+    # reduce-scatter in the backward. Prefetching hides each pass's collectives behind its own work.
+    z3_fwd_comm = 0.0
+    z3_bwd_comm = 0.0
     z3_embed = 0.0
-    if zero == 3 and n_shard * cp > 1:
-        group = n_shard * cp
-        tensors = model[M_TENSORS_LAYER] if per_tensor else 1.0
-        fetch = calib[C_FETCH_S] if per_tensor else 0.0
-        layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
-        bw_z, lat_z = out_link(system, group, tp)
-        gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up,
-                                           bw_z, lat_z, eff) + fetch)
-        scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
-        gathers = 3.0 if rc == RC_FULL else 2.0
-        z3_l = gathers * gather + scatter
-        if moe and e_shard * cp > 1:  # the layer's local experts, over the expert-data-parallel ranks
-            e_group = e_shard * cp
-            e_bytes = BYTES * model[M_PARAMS_EXPERTS] / (t * ep)
-            bw_e, lat_e = out_link(system, e_group, tp * ep)
-            z3_l += gathers * allgather_time(e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e,
-                                             eff) + allgather_time(e_bytes, e_group, tp * ep, domain, bw_up,
-                                                                   lat_up, bw_e, lat_e, eff)
-        if overlap:  # prefetching hides the collectives behind the layer's own work
-            z3_l = max(0.0, z3_l - (compute_l + recomp_l + tp_l + cp_l + ep_l))
-        embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
-        z3_embed = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+    if zero == 3:
+        gather, scatter, z3_embed = zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard,
+                                                     per_tensor)
+        z3_fwd_comm = gather
+        z3_bwd_comm = (2.0 if rc == RC_FULL else 1.0) * gather + scatter
+    z3_total_l = z3_fwd_comm + z3_bwd_comm
+    fwd_l, bwd_l = layer_fwd_bwd(lc)
+    z3_fwd = z3_fwd_comm
+    z3_bwd = z3_bwd_comm
+    if overlap:
+        z3_fwd = max(0.0, z3_fwd_comm - (fwd_l + lc[L_CP_FWD]))
+        z3_bwd = max(0.0, z3_bwd_comm - (bwd_l + cp_l - lc[L_CP_FWD]))
+    z3_l = z3_fwd + z3_bwd
     per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l
 
     # pipeline stages
     l_first, l_mid, l_last = stage_layers(layers, pp, v)
-    p2p = 0.0
-    if pp > 1:
-        n_in, n_out = group_split(pp, tp * cp * dp, domain)
-        p2p_bytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN] / t  # Megatron scatter/gather
-        bw_p, lat_p = out_link(system, 2, tp * cp * dp)
-        p2p = 2.0 * v * p2p_time(p2p_bytes, n_out > 1, bw_up, lat_up, bw_p, lat_p, eff)
+    p2p = p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb)
     head = lc[L_HEAD_FWD] + lc[L_HEAD_BWD]
     if pp == 1:
         t_first = layers * per_layer + head + 2.0 * z3_embed
@@ -448,51 +608,22 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     bubble = (t_sum - t_max) / v
 
     # parameters on the most loaded device (first or last stage hold embedding / output layer)
-    p_layer = model[M_PARAMS_LAYER] / t
-    p_first = l_first * p_layer + model[M_PARAMS_EMBED] / t
-    p_last = l_last * p_layer + model[M_PARAMS_HEAD] / t
+    p_layer = model[M_PARAMS_LAYER] / tp
+    p_first = l_first * p_layer + model[M_PARAMS_EMBED] / tp
+    p_last = l_last * p_layer + model[M_PARAMS_HEAD] / tp
     if pp == 1:
-        p_first = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
+        p_first = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / tp
         p_last = p_first
     p_dev = max(p_first, p_last)
-    # local experts (mixture of experts): on the device with the most layers
-    pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if moe else 0.0
-    l_most = max(l_first, max(l_mid, l_last))
-    pe_dev = l_most * pe_layer
+    pe_layer = model[M_PARAMS_EXPERTS] / (tp * ep) if moe else 0.0
+    pe_dev = max(l_first, max(l_mid, l_last)) * pe_layer
 
-    # data-parallel gradient synchronisation, once per step (over dp x cp ranks)
-    grad_bytes = BYTES * p_dev
-    group = dp * cp
-    dp_time = 0.0
-    if zero == 0:
-        bw_d, lat_d = out_link(system, group, tp)
-        dp_time = allreduce_time(grad_bytes, group, tp, domain, bw_up, lat_up, bw_d, lat_d, eff)
-    else:
-        if zero <= 2:  # reduce-scatter gradients, all-gather updated weights in the shard group
-            bw_d, lat_d = out_link(system, n_shard * cp, tp)
-            dp_time = 2.0 * allgather_time(grad_bytes, n_shard * cp, tp, domain, bw_up, lat_up,
-                                           bw_d, lat_d, eff)
-        replicas = dp // n_shard
-        if replicas > 1:  # hybrid sharding: all-reduce the shards across replicas
-            bw_d, lat_d = out_link(system, replicas, tp * cp * n_shard)
-            dp_time += allreduce_time(grad_bytes / n_shard, replicas, tp * cp * n_shard, domain, bw_up,
-                                      lat_up, bw_d, lat_d, eff)
-    if moe:  # expert gradients over the expert-data-parallel ranks (tp*ep apart)
-        e_bytes = BYTES * pe_dev
-        e_all = (dp // ep) * cp
-        if zero == 0:
-            bw_e, lat_e = out_link(system, e_all, tp * ep)
-            dp_time += allreduce_time(e_bytes, e_all, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
-        else:
-            if zero <= 2:
-                bw_e, lat_e = out_link(system, e_shard * cp, tp * ep)
-                dp_time += 2.0 * allgather_time(e_bytes, e_shard * cp, tp * ep, domain, bw_up, lat_up,
-                                                bw_e, lat_e, eff)
-            if e_replicas > 1:
-                stride = tp * ep * cp * e_shard
-                bw_e, lat_e = out_link(system, e_replicas, stride)
-                dp_time += allreduce_time(e_bytes / e_shard, e_replicas, stride, domain, bw_up, lat_up,
-                                          bw_e, lat_e, eff)
+    # data-parallel gradient synchronisation, once per step (over dp x cp ranks, tp apart); the
+    # expert gradients over the expert-data-parallel ranks (tp*ep apart)
+    dp_time = dp_sync_time(system, calib, BYTES * p_dev, dp * cp, tp, n_shard, dp // n_shard, zero)
+    if moe:
+        dp_time += dp_sync_time(system, calib, BYTES * pe_dev, (dp // ep) * cp, tp * ep, e_shard, e_replicas,
+                                zero)
     dp_exposed = dp_time
     if overlap:  # hidden behind the last micro-batch's backward pass (including its waits)
         backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
@@ -500,13 +631,10 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         dp_exposed = max(0.0, dp_time - backward)
 
     # optimizer (memory-bound Adam over this GPU's shard)
-    opt_shard = n_shard * cp if zero >= 1 else 1
-    optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * p_dev / opt_shard, 4.0,
-                                  system[S_HBM_BW], calib)
+    opt_div = n_shard * cp if zero >= 1 else 1
     e_div = e_shard * cp if zero >= 1 else 1
-    if moe:
-        optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * (p_dev / opt_shard + pe_dev / e_div), 4.0,
-                                      system[S_HBM_BW], calib)
+    optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * (p_dev / opt_div + pe_dev / e_div), 4.0,
+                                  system[S_HBM_BW], calib)
 
     step = micro * t_max + bubble + dp_exposed + optimizer
     out[O_STEP] = step
@@ -519,6 +647,9 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_DP_COMM] = micro * (l_crit * z3_l + z3_ends) + dp_exposed
     out[O_OPTIMIZER] = optimizer
     out[O_EP_COMM] = micro * l_crit * ep_l
+    out[O_TP_COMM_TOTAL] = micro * l_crit * lc[L_TP_TOTAL]
+    out[O_CP_COMM_TOTAL] = micro * l_crit * lc[L_CP_TOTAL]
+    out[O_DP_COMM_TOTAL] = micro * (l_crit * z3_total_l + z3_ends) + dp_time
 
     # FLOPs per GPU per step
     model_flops = 3.0 * (gb / mb) * (layers * lc[L_FLOPS_FWD] + lc[L_FLOPS_HEAD])
@@ -527,37 +658,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_HW_FLOPS] = hw_flops / gpus
 
     # memory of the most loaded GPU
-    z3_div = n_shard * cp if zero == 3 else 1
-    g_div = n_shard * cp if zero >= 2 else 1
-    o_div = n_shard * cp if zero >= 1 else 1
-    inflight = micro if micro < pp else pp
-    if v > 1:
-        interleave_factor = 1.0 + (pp - 1.0) / (pp * v)
-    else:
-        interleave_factor = 1.0
-    act_first = lc[L_ACT_BYTES] * l_first * inflight * interleave_factor
-    act_last = lc[L_ACT_BYTES] * l_last + lc[L_HEAD_BYTES]
-    if pp == 1:
-        act_first = lc[L_ACT_BYTES] * layers + lc[L_HEAD_BYTES]
-        act_last = act_first
-    act_mid = lc[L_ACT_BYTES] * l_mid * (inflight - 1 if inflight > 1 else 1) * interleave_factor
-    state_first = p_first * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
-    state_last = p_last * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
-    state_mid = l_mid * p_layer * (BYTES / z3_div + BYTES / g_div + OPTIMIZER_BYTES_PER_PARAM / o_div)
-    buffers = 2.0 * BYTES * p_layer if zero == 3 else 0.0  # prefetched layers
-    if moe:  # expert states, sharded over the expert-data-parallel ranks
-        ez = e_shard * cp if zero == 3 else 1
-        eg = e_shard * cp if zero >= 2 else 1
-        per_param = BYTES / ez + BYTES / eg + OPTIMIZER_BYTES_PER_PARAM / e_div
-        state_first += l_first * pe_layer * per_param
-        state_last += l_last * pe_layer * per_param
-        state_mid += l_mid * pe_layer * per_param
-        if zero == 3:
-            buffers += 2.0 * BYTES * pe_layer
-    mem = max(state_first + act_first, state_last + act_last)
-    if pp > 2:
-        mem = max(mem, state_mid + act_mid)
-    mem += lc[L_WORK_BYTES] + buffers + calib[C_RESERVED_BYTES]
+    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out)
     out[O_MEM_BYTES] = mem
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY
@@ -574,12 +675,11 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_GEMM_BUSY] = gemm_busy
     out[O_HBM_BUSY] = hbm_busy
 
-    # stage description for a pipeline simulation: forward and backward of one layer, with the
-    # exposed CP / ZeRO-3 communication split between them in proportion to their work
-    fwd_l, bwd_l = layer_fwd_bwd(lc)
-    share = fwd_l / (fwd_l + bwd_l)
-    out[O_LAYER_FWD] = fwd_l + (cp_l + z3_l) * share
-    out[O_LAYER_BWD] = bwd_l + (cp_l + z3_l) * (1.0 - share)
+    # stage description for a pipeline simulation: forward and backward of one layer, each with the
+    # exposed CP / ZeRO-3 communication of its own pass (ZeRO-3: one of the layer's gathers in the
+    # forward, the others and the reduce-scatter in the backward)
+    out[O_LAYER_FWD] = fwd_l + lc[L_CP_FWD] + z3_fwd
+    out[O_LAYER_BWD] = bwd_l + (cp_l - lc[L_CP_FWD]) + z3_bwd
     out[O_HEAD_FWD] = lc[L_HEAD_FWD]
     out[O_HEAD_BWD] = lc[L_HEAD_BWD]
     out[O_ENDS] = z3_embed

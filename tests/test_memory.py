@@ -1,0 +1,120 @@
+"""The memory model against published formulas and numbers, and side by side with Calculon.
+
+- ZeRO paper (Rajbhandari et al. 2020, Fig. 1): model states of a 7.5B model on 64 data-parallel
+  GPUs under each ZeRO stage.
+- Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: activation bytes per layer under tensor,
+  sequence parallelism and recomputation.
+- Calculon (calculon-ai/calculon, commit in tests/data/calculon_reference.csv), run on eight GPT
+  plans: the terms both models count the same way agree within 5%; the others differ for the
+  reasons in tests/data/calculon_reference.md and the README.
+- Every published run that trained is predicted to fit.
+"""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainscale import perfmodel, validation
+from trainscale.kernels import layout as K
+from trainscale.kernels.plan import layer_costs, state_bytes_per_param
+from trainscale.specs import RunSpec
+
+GiB = 2.0**30
+DATA = Path(__file__).parent / "data"
+
+
+# ZeRO paper, Figure 1: Psi = 7.5B, N_d = 64, K = 12; GB = 1e9 bytes
+@pytest.mark.parametrize("zero, published_GB", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_model_states_match_the_zero_paper(zero, published_GB):
+    w, g, o = state_bytes_per_param(zero, 64)
+    assert (w + g + o) * 7.5e9 / 1e9 == pytest.approx(published_GB, abs=0.05)  # the paper rounds to 0.1 GB
+
+
+def _act_bytes_per_layer(tp, sp, recompute, flash=False):
+    """One GPT-3 175B layer, micro-batch 1 (s = 2048, h = 12288, a = 96)."""
+    run = RunSpec.from_dict({"id": "k", "model": "gpt3-175b", "system": "dgx-a100-80gb", "gpus": tp,
+                             "plan": {"tp": tp, "global_batch": 1, "recompute": recompute,
+                                      "sequence_parallel": sp, "flash_attention": flash}})
+    lc = np.empty(K.L_SIZE)
+    layer_costs(perfmodel.model_vector(run.model), perfmodel.system_vector(run.system),
+                perfmodel.calibration_vector("ampere"), tp, 1, 1, ["none", "selective", "full"].index(recompute),
+                sp, flash, lc)
+    return lc[K.L_ACT_BYTES]
+
+
+S, B, H, A = 2048.0, 1.0, 12288.0, 96.0
+
+
+# Korthikanti et al. 2022, Table 2 (bytes per layer; t = tensor-parallel size)
+@pytest.mark.parametrize("tp, sp, recompute, formula", [
+    (1, False, "none", S * B * H * (34 + 5 * A * S / H)),
+    (8, False, "none", S * B * H * (10 + 24 / 8 + 5 * A * S / (H * 8))),
+    (8, True, "none", S * B * H / 8 * (34 + 5 * A * S / H)),
+    (8, False, "selective", S * B * H * (10 + 24 / 8)),
+    (8, True, "selective", S * B * H / 8 * 34),
+    (8, False, "full", 2 * S * B * H),
+])
+def test_activations_per_layer_match_korthikanti_table_2(tp, sp, recompute, formula):
+    assert _act_bytes_per_layer(tp, sp, recompute) == pytest.approx(formula, rel=1e-12)
+
+
+def _calculon_rows():
+    with open(DATA / "calculon_reference.csv", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+CALCULON_MODELS = {"gpt3-175B": "gpt3-175b", "turing-530B": "gpt-530b", "megatron-22B": "gpt-22b"}
+
+
+def _ours(row, zero):
+    plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
+            "micro_batch": int(row["micro_batch"]), "global_batch": int(row["global_batch"]),
+            "interleave": int(row["interleave"]), "recompute": row["recompute"],
+            "sequence_parallel": row["sequence_parallel"] == "true", "zero": zero}
+    run = RunSpec.from_dict({"id": row["plan_id"], "model": CALCULON_MODELS[row["model"]],
+                             "system": "dgx-a100-80gb", "gpus": int(row["gpus"]), "plan": plan})
+    return run, perfmodel.predict(run)
+
+
+@pytest.mark.parametrize("row", _calculon_rows(), ids=lambda r: r["plan_id"])
+def test_memory_side_by_side_with_calculon(row):
+    """Calculon's optimizer sharding shards the 16-bit gradients too (ZeRO stage 2 in our terms);
+    it models the transformer blocks only (no embedding or logits) on every stage alike."""
+    zero = 2 if row["optimizer_sharding"] == "true" else 0
+    run, p = _ours(row, zero)
+    mem = p.memory_breakdown_gib
+    assert sum(mem.values()) == pytest.approx(p.memory_gib_per_gpu, rel=1e-12)
+    pp, t = run.plan.pp, run.plan.tp
+    blocks = -(-run.model.layers // pp)  # Calculon: ceil(L / p) blocks on every stage
+    block_params = run.model.params_per_layer() / t * blocks
+    # weights and optimizer states of the blocks: the same terms in both models
+    assert 2.0 * block_params / GiB == pytest.approx(float(row["calculon_weight_GiB"]), rel=0.05)
+    shard = run.plan.dp if zero else 1
+    assert 12.0 * block_params / shard / GiB == pytest.approx(float(row["calculon_optimizer_GiB"]), rel=0.05)
+    # ours on the stage that holds the embedding as well, within its share of the parameters
+    embed = run.model.vocab * run.model.hidden / t
+    assert mem["weights"] == pytest.approx(2.0 * (block_params + embed) / GiB, rel=0.05)
+    if row["recompute"] == "full" and row["sequence_parallel"] == "false":
+        # full recomputation keeps each layer's input, 2sbh bytes, for every in-flight micro-batch
+        assert mem["activations"] == pytest.approx(float(row["calculon_act_checkpoint_GiB"]), rel=0.05)
+    # totals: Calculon holds no reserve, no logits and no embedding; ours holds 2 GiB of reserve
+    ours_comparable = p.memory_gib_per_gpu - mem["reserved"]
+    assert ours_comparable == pytest.approx(float(row["calculon_total_GiB"]), rel=0.15)
+
+
+def _all_published():
+    runs = validation.published_runs() + validation.public_runs()
+    vtrain = validation.vtrain_dir()
+    if vtrain is not None:
+        runs += validation.vtrain_runs(vtrain, "multi") + validation.vtrain_runs(vtrain, "single")
+    return runs
+
+
+def test_every_published_run_is_predicted_to_fit():
+    runs = _all_published()
+    assert len(runs) > 100
+    too_big = [(m.run.id, round(perfmodel.predict(m.run).memory_gib_per_gpu, 1)) for m in runs
+               if not perfmodel.predict(m.run).fits]
+    assert not too_big, too_big

@@ -28,7 +28,7 @@ DATA = Path(__file__).parent / "data"
 # ZeRO paper, Figure 1: Psi = 7.5B, N_d = 64, K = 12; GB = 1e9 bytes
 @pytest.mark.parametrize("zero, published_GB", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_model_states_match_the_zero_paper(zero, published_GB):
-    w, g, o = state_bytes_per_param(zero, 64)
+    w, g, o = state_bytes_per_param(zero, 64, 2.0)  # DeepSpeed: 16-bit gradients
     assert (w + g + o) * 7.5e9 / 1e9 == pytest.approx(published_GB, abs=0.05)  # the paper rounds to 0.1 GB
 
 
@@ -112,9 +112,21 @@ def _all_published():
     return runs
 
 
+def _stack_specific_checkpointing(m):
+    """FSDP rows whose "selective" is the stack's own checkpointing (torchtitan's op-level SAC,
+    fms-fsdp's every k-th block; published_runs_stacks.md), not Megatron's attention-only
+    recomputation, which is all the plan can express: their memory is not modelled."""
+    return m.run.plan.stack == "fsdp" and m.run.plan.recompute == "selective"
+
+
 def test_every_published_run_is_predicted_to_fit():
-    runs = _all_published()
-    assert len(runs) > 100
+    runs = [m for m in _all_published() if not _stack_specific_checkpointing(m)]
+    assert len(runs) > 1500
     too_big = [(m.run.id, round(perfmodel.predict(m.run).memory_gib_per_gpu, 1)) for m in runs
                if not perfmodel.predict(m.run).fits]
     assert not too_big, too_big
+
+
+def test_the_runs_left_out_of_the_fit_invariant_are_few_and_named():
+    left = sorted(m.run.id for m in _all_published() if _stack_specific_checkpointing(m))
+    assert 0 < len(left) <= 12, left

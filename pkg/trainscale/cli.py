@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import yaml
+
 from . import __version__
 
 PROG = "trainscale"
@@ -255,47 +257,85 @@ def _validation_summary(ds) -> dict:
     return out
 
 
-def cmd_validate(args) -> int:
+def _vtrain_arg(args):
     from . import validation
 
-    if args.vtrain is not None and not Path(args.vtrain).is_dir():
+    if args.vtrain is None:
+        return validation.vtrain_dir()
+    if not Path(args.vtrain).is_dir():
         raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; no such directory")
+    if validation.vtrain_dir(args.vtrain) is None:
+        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; it holds no ground_truth_multi.csv")
+    return Path(args.vtrain)
+
+
+def cmd_validate(args) -> int:
+    from . import catalog, validation
+
+    vtrain = _vtrain_arg(args)
     try:
-        ds = validation.validation_dataset(vtrain_dir=args.vtrain)
+        ds = validation.validation_dataset(vtrain_dir=vtrain, include_vtrain_single=args.all)
     except FileNotFoundError as exc:
         raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; {_one_line(exc)}") from None
     df = validation.table(ds).reset_index()
     summary = _validation_summary(ds)
+    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text()) or {}
+    cv = stored.get("cross_validation", {}).get("leave_one_dataset_out", {})
+    for name, entry in summary.items():
+        entry["fitted"] = name not in validation.NOT_FITTED
+        if name in cv:
+            entry["cv_mape"] = float(cv[name]["mape"])
+            entry["cv_worst"] = float(cv[name]["worst"])
     if args.json:
         _dump_json({"runs": df.to_dict(orient="records"), "summary": summary})
         return 0
     print(_table(df.to_dict(orient="records")))
     print()
-    rows = [{"dataset": k, "runs": v["runs"], "MAPE_%": 100 * v["mape"], "median_APE_%": 100 * v["median"],
-             "worst_APE_%": 100 * v["worst"]} for k, v in summary.items()]
+    rows = [{"dataset": k, "runs": v["runs"], "fitted": "yes" if v["fitted"] else "no (held out)",
+             "MAPE_%": 100 * v["mape"], "worst_APE_%": 100 * v["worst"],
+             "left-out_MAPE_%": 100 * v["cv_mape"] if "cv_mape" in v else None,
+             "left-out_worst_%": 100 * v["cv_worst"] if "cv_worst" in v else None}
+            for k, v in summary.items()]
     print(_table(rows))
+    print("\nleft-out: the error when the dataset is left out of the fit (trainscale calibrate --cv; "
+          "stored in calibration_fitted.yaml)")
     return 0
 
 
 def cmd_calibrate(args) -> int:
     from . import calibration
 
-    if not Path(args.vtrain).is_dir():
-        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; no such directory")
-    try:
-        result = calibration.fit(args.vtrain, generation=args.generation)
-    except FileNotFoundError as exc:
-        raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; {_one_line(exc)}") from None
-    written = str(calibration.write_fitted(result)) if args.write else None
+    vtrain = _vtrain_arg(args)
+    progress = (lambda msg: print(f"  refit without {msg} ...", file=sys.stderr, flush=True)) \
+        if sys.stderr.isatty() else None
+    result = calibration.fit(vtrain)
+    cv = calibration.cross_validate(vtrain, full=result, progress=progress) if args.cv else None
+    written = str(calibration.write_fitted(result, cv=cv)) if args.write else None
     if args.json:
-        _dump_json(dict(result, written=written))
+        _dump_json({"fitted": result["fitted"], "at_bound": result["at_bound"], "errors": result["errors"],
+                    "cross_validation": cv, "written": written})
         return 0
-    print(f"generation: {result['generation']}   datasets: {', '.join(result['datasets'])}   "
-          f"cost: {result['cost']:.6g}")
-    print(_table([{"parameter": k, "value": v} for k, v in result["values"].items()]))
+    print(f"datasets: {', '.join(result['datasets'])}   cost: {result['cost']:.6g}")
+    print(_table([{"scope": f"{scope[:-1]} {owner}", "parameter": name, "value": value,
+                   "at_bound": "AT BOUND" if f"{owner}.{name}" in result["at_bound"] else ""}
+                  for scope, owners in result["fitted"].items() for owner, params in owners.items()
+                  for name, value in params.items()]))
     print()
-    print(_table([{"dataset": d, "runs": e["runs"], "MAPE_%": 100 * e["mape"], "worst_APE_%": 100 * e["worst"]}
-                  for d, e in result["errors"].items()]))
+    rows = []
+    for d, e in result["errors"].items():
+        row = {"dataset": d, "runs": e["runs"], "MAPE_%": 100 * e["mape"], "worst_APE_%": 100 * e["worst"]}
+        if cv is not None and d in cv["leave_one_dataset_out"]:
+            left = cv["leave_one_dataset_out"][d]
+            row.update({"left-out_MAPE_%": 100 * left["mape"], "left-out_worst_%": 100 * left["worst"]})
+        rows.append(row)
+    print(_table(rows))
+    if cv is not None:
+        print()
+        print(_table([{"size class left out": k, "runs": v["runs"], "MAPE_%": 100 * v["mape"],
+                       "worst_APE_%": 100 * v["worst"]} for k, v in cv["leave_one_size_out"].items()]))
+    if result["at_bound"]:
+        print(f"warning: fitted at a bound: {', '.join(result['at_bound'])} (the bound, not the data, "
+              "sets these values)", file=sys.stderr)
     print(f"written: {written}" if written else "not written (use --write to update the package data)")
     return 0
 
@@ -382,14 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("validate", help="predicted vs measured on the published (and vTrain) runs")
-    p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv")
+    p = sub.add_parser("validate", help="predicted vs measured on every published run the project carries")
+    p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv "
+                   "(default: the copy shipped in trainscale/data/vtrain)")
+    p.add_argument("--all", action="store_true", help="also vTrain's 1,440 single-node runs (held out, never fitted)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("calibrate", help="fit the performance-model parameters on the measured runs")
-    p.add_argument("--vtrain", metavar="DIR", required=True, help="vTrain folder with ground_truth_multi.csv")
-    p.add_argument("--generation", default="ampere", help="accelerator generation to fit (default ampere)")
+    p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv "
+                   "(default: the copy shipped in trainscale/data/vtrain)")
+    p.add_argument("--cv", action="store_true", help="also refit leaving out each dataset and each model-size "
+                   "class, and report the error on what was left out (minutes)")
     p.add_argument("--write", action="store_true", help="write the fitted values into the package data")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)

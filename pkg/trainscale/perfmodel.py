@@ -18,7 +18,7 @@ from . import catalog
 from .kernels import layout as K
 from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.plan import chunk_layers, layer_costs, plan_costs, power_draw
-from .specs import RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
+from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
 GiB = 2.0**30
@@ -70,18 +70,51 @@ def system_vector(system: SystemSpec) -> np.ndarray:
     return vec
 
 
-FITTED = ("gemm_peak_efficiency", "network_efficiency", "zero3_fetch_s")
+GENERATION_FITTED = ("gemm_peak_efficiency", "network_efficiency")
+STACK_FITTED = ("compute_efficiency", "layer_host_s", "zero3_fetch_s")
+FITTED = GENERATION_FITTED + STACK_FITTED
 
 
-def calibration_parameters(generation: str, overrides: Mapping[str, float] | None = None) -> dict:
-    """The fitted parameters in force for an accelerator generation (name -> value)."""
+def _carried(table: Mapping, scope: str, fitted: Mapping, name: str, start: Mapping) -> float:
+    """The value of parameter ``name`` for the generation or stack ``scope``: its own fitted value;
+    else, following ``carries_from`` (and a parameter's ``carried_from``), the first fitted value
+    on the way; else the starting value in ``calibration.yaml``."""
+    visited = []
+    while scope not in visited:
+        visited.append(scope)
+        spec = start.get(scope, {}).get(name, {})
+        if "carried_from" in spec:  # never fitted for this scope: always the other one's value
+            scope = spec["carried_from"]
+            continue
+        if name in fitted.get(scope, {}):
+            return float(fitted[scope][name])
+        scope = table[scope]["carries_from"]
+    for seen in visited:  # nothing fitted on the way: the first own starting value
+        spec = start.get(seen, {}).get(name)
+        if spec is not None and "carried_from" not in spec:
+            return float(spec["value"])
+    raise SpecError("calibration", name, f"no starting value for {visited[0]} in calibration.yaml")
+
+
+def calibration_parameters(generation: str, overrides: Mapping[str, float] | None = None,
+                           stack: str = DEFAULT_STACK, fitted: Mapping | None = None) -> dict:
+    """The fitted parameters in force for an accelerator generation and software stack (name -> value).
+
+    ``overrides`` replaces any of them (``FITTED``) for this call, as the studies' sensitivity
+    sweeps do; ``fitted`` (``{"generations": {...}, "stacks": {...}}``, default: the values
+    ``trainscale calibrate`` wrote) is what the fit itself varies."""
     cal = catalog.calibration()
     gens = cal["generations"]
     if generation not in gens:
         raise SpecError("generation", generation, f"expected one of {', '.join(gens)}")
-    source = gens[generation]["fitted_from"]
-    fitted = catalog.fitted_calibration().get(source, {})
-    params = {name: float(fitted.get(name, cal["fitted"][source][name]["value"])) for name in FITTED}
+    if stack not in cal["stacks"]:
+        raise SpecError("plan.stack", stack, f"expected one of {', '.join(cal['stacks'])}")
+    fitted = catalog.fitted_calibration() if fitted is None else fitted
+    stack_start = {name: spec["fitted"] for name, spec in cal["stacks"].items()}
+    params = {name: _carried(gens, generation, fitted.get("generations", {}), name, cal["fitted"])
+              for name in GENERATION_FITTED}
+    params.update({name: _carried(cal["stacks"], stack, fitted.get("stacks", {}), name, stack_start)
+                   for name in STACK_FITTED})
     for name, value in (overrides or {}).items():
         if name not in params:
             raise SpecError("calibration", name, f"expected one of {', '.join(FITTED)}")
@@ -89,19 +122,23 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
     return params
 
 
-def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None) -> np.ndarray:
+def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None,
+                       stack: str = DEFAULT_STACK) -> np.ndarray:
     cal = catalog.calibration()
-    params = calibration_parameters(generation, overrides)
+    params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
     common = cal["common"]
     vec = np.zeros(K.C_SIZE)
-    vec[K.C_GEMM_PEAK_EFF] = params["gemm_peak_efficiency"]
+    # the stack's kernels reach compute_efficiency of Megatron's GEMM and element-wise efficiency
+    vec[K.C_GEMM_PEAK_EFF] = min(1.0, params["gemm_peak_efficiency"] * params["compute_efficiency"])
     vec[K.C_NET_EFF] = params["network_efficiency"]
     vec[K.C_FETCH_S] = params["zero3_fetch_s"]
+    vec[K.C_LAYER_HOST_S] = params["layer_host_s"]
+    vec[K.C_GRAD_BYTES] = cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
     vec[K.C_TILE_M] = fixed["tile_m"]["value"]
     vec[K.C_TILE_N] = fixed["tile_n"]["value"]
     vec[K.C_KERNEL_S] = common["kernel_overhead_s"]["value"]
-    vec[K.C_HBM_EFF] = common["hbm_efficiency"]["value"]
+    vec[K.C_HBM_EFF] = min(1.0, common["hbm_efficiency"]["value"] * params["compute_efficiency"])
     vec[K.C_RESERVED_BYTES] = common["reserved_GiB"]["value"] * GiB
     vec[K.C_POWER_COMPUTE] = common["power_compute_share"]["value"]
     vec[K.C_POWER_MEMORY] = common["power_memory_share"]["value"]
@@ -267,7 +304,7 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     ``pipeline_simulation=False`` keeps the grid kernel's closed form."""
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
-    calib = calibration_vector(run.system.generation, calibration)
+    calib = calibration_vector(run.system.generation, calibration, run.plan.stack)
     out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
         simulate_pipeline(out, run.model, run.plan, calib, run.system)
@@ -305,13 +342,13 @@ def _axis(values, name: str) -> np.ndarray:
 
 
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
-                  **axes: Iterable) -> xr.Dataset:
+                  stack: str = DEFAULT_STACK, **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
     Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
     non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
-    invalid ones have NaN times.
+    invalid ones have NaN times. ``stack`` (one per grid) is the software stack of every plan.
     """
     model = resolve_model(model)
     system = resolve_system(system)
@@ -324,10 +361,12 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
     arrays = [_axis(values[name], name) for name in names]
     ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
-    calib = calibration_vector(system.generation, calibration)
+    calib = calibration_vector(system.generation, calibration, stack)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep)
-    return grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
+    ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
+    ds.attrs["stack"] = stack
+    return ds
 
 
 def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list], model: ModelSpec,
@@ -401,7 +440,8 @@ RERANK_CANDIDATES = 32
 
 
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
-           calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES) -> tuple[xr.Dataset, list[dict]]:
+           calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
+           stack: str = DEFAULT_STACK) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
@@ -412,9 +452,10 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
-    grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, **space)
+    grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack, **space)
     candidates = rank(grid, max(top, rerank))
     for entry in candidates:
+        entry["plan"]["stack"] = stack
         run = RunSpec(id="search", model=model, system=system,
                       plan=plan_from_grid_entry(entry["plan"], global_batch))
         p = predict(run, calibration)
@@ -464,9 +505,10 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     shard_group=p.get("shard_group", 0), overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
                     flash_attention=bool(p["flash_attention"]),
                     zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)),
-                    tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]))
+                    tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]),
+                    stack=p.get("stack", DEFAULT_STACK))
 
 
-__all__ = ["Prediction", "predict", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
+__all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry", "EP_AXIS", "grid_axes"]

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 from . import catalog
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+STACKS = ("megatron", "deepspeed", "fsdp", "nemo")
+DEFAULT_STACK = "megatron"
 FFN_TYPES = ("gelu", "swiglu")
 
 
@@ -371,6 +373,9 @@ class PlanSpec:
     ``tp_comm_overlap`` overlaps the sequence-parallel all-gathers and reduce-scatters with the
     neighbouring GEMMs, as Megatron-Core's ``--tp-comm-overlap`` does (needs sequence parallelism;
     off by default, as in Megatron-LM).
+    ``stack`` is the software that runs the plan (``megatron``, the default; ``deepspeed``,
+    ``fsdp``, ``nemo``): it selects the stack's calibrated host overhead and ZeRO-3 fetch cost and
+    its documented behaviour (gradient precision), see ``data/calibration.yaml``.
     """
 
     tp: int = 1
@@ -389,6 +394,7 @@ class PlanSpec:
     zero3_per_tensor: bool = False
     ep: int = 1
     tp_comm_overlap: bool = False
+    stack: str = DEFAULT_STACK
 
     @property
     def gpus(self) -> int:
@@ -431,6 +437,7 @@ class PlanSpec:
             zero3_per_tensor=_bool(d, "zero3_per_tensor", where, False),
             ep=_int(d, "ep", where, 1),
             tp_comm_overlap=_bool(d, "tp_comm_overlap", where, False),
+            stack=_choice(d, "stack", where, DEFAULT_STACK, STACKS),
         )
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)

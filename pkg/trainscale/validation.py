@@ -1,14 +1,25 @@
-"""Predicted vs measured: the published runs the project carries and vTrain's measurements.
+"""Predicted vs measured: every published measurement the project carries.
 
-Published runs (``data/published_runs.csv``) report either a step time or Megatron's hardware
-TFLOP/s per GPU (their eq. 3 counts the recomputed forward pass, as our hardware FLOPs do), so
-each run is compared in the metric it was published in. vTrain's measured iteration times are
-read from ``../shared/validation/vtrain`` at run time, never copied.
+Datasets (``MeasuredRun.dataset``):
+
+- ``published``: Megatron-LM's A100 runs (Narayanan et al. 2021, Korthikanti et al. 2022;
+  ``data/published_runs.csv``), in the metric each was published in (a step time or Megatron's
+  hardware TFLOP/s per GPU, whose eq. 3 counts the recomputed forward pass as our hardware FLOPs do);
+- ``vtrain-multi`` and ``vtrain-single``: vTrain's measured Megatron-DeepSpeed iteration times
+  (``data/vtrain``, MIT licence); the single-node runs are never fitted;
+- ``<stack>-<generation>`` (``megatron-hopper``, ``nemo-hopper``, ``nemo-blackwell``, ``fsdp-hopper``,
+  ``fsdp-ampere``, ``deepspeed-ampere``): public runs of other stacks and generations
+  (``data/published_runs_stacks.csv``, sources in ``published_runs_stacks.md``); runs with
+  ``torch.compile`` form ``fsdp-compiled``, which is never fitted (the model has no fusion knob).
+
+A knob a source leaves blank takes the documented default of its stack and era
+(:data:`UNPUBLISHED_DEFAULTS`), never a value searched per run.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -27,19 +38,43 @@ VTRAIN_VOCAB = 50257  # GPT-2 tokenizer of Megatron-DeepSpeed's GPT examples ("a
 # The runs of Megatron-LM (2021-22) and vTrain's Megatron-DeepSpeed predate FlashAttention in
 # those code bases: their attention writes the s x s scores to HBM.
 MEASURED_FLASH_ATTENTION = False
+STACKS_FILE = "published_runs_stacks.csv"
+NOT_FITTED = ("vtrain-single", "fsdp-compiled")
+
+# Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
+# NeMo 2.0 performance recipes: Megatron-Core + Transformer Engine (fused attention), sequence
+# parallelism and TP communication overlap wherever tp > 1, the distributed optimizer, overlapped
+# gradient reduction, no recomputation. Megatron-Core (README scaling table, 2024): the same
+# without the TP overlap. FSDP (torchtitan, fms-fsdp): SDPA flash attention, prefetching.
+# BLOOM's Megatron-DeepSpeed: no flash attention, ZeRO-1.
+UNPUBLISHED_DEFAULTS = {
+    "nemo": {"recompute": "none", "flash_attention": True, "zero": 1, "overlap_grad_reduce": True,
+             "sequence_parallel": "tp>1", "tp_comm_overlap": "tp>1"},
+    "megatron": {"recompute": "none", "flash_attention": True, "zero": 1, "overlap_grad_reduce": True,
+                 "sequence_parallel": "tp>1"},
+    "fsdp": {"recompute": "none", "flash_attention": True, "zero": 3, "overlap_grad_reduce": True,
+             "sequence_parallel": "tp>1"},
+    "deepspeed": {"recompute": "full", "flash_attention": False, "zero": 1},
+}
 
 
 @dataclass(frozen=True)
 class MeasuredRun:
     run: RunSpec
-    dataset: str  # "published", "vtrain-multi", "vtrain-single"
-    metric: str  # "step_time_s" or "hardware_tflops_per_gpu"
+    dataset: str
+    metric: str  # step_time_s, hardware_tflops_per_gpu, model_tflops_per_gpu, tokens_per_s_per_gpu
     measured: float
     source: str
 
 
+def vtrain_dir(path: str | Path | None = None) -> Path | None:
+    """The vTrain folder: ``path`` if given, else the copy shipped in ``trainscale/data/vtrain``."""
+    folder = Path(path) if path is not None else catalog.data_path("vtrain")
+    return folder if (folder / "ground_truth_multi.csv").is_file() else None
+
+
 def published_runs() -> list[MeasuredRun]:
-    """The project's transcription of the published measured runs, as specs."""
+    """Megatron-LM's published A100 runs (``data/published_runs.csv``), as specs."""
     runs = []
     for row in catalog.published_runs():
         plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
@@ -47,7 +82,7 @@ def published_runs() -> list[MeasuredRun]:
                 "sequence_parallel": row["sequence_parallel"] == "true", "zero": int(row["zero"]),
                 "flash_attention": MEASURED_FLASH_ATTENTION}
         if plan["zero"] == 3:  # Narayanan et al. 2021 ran DeepSpeed's ZeRO-3
-            plan["zero3_per_tensor"] = True
+            plan.update(zero3_per_tensor=True, stack="deepspeed")
         # blank cells take the documented defaults (interleave 1, micro_batch 1): never searched
         for key in ("interleave", "micro_batch"):
             if row[key]:
@@ -55,6 +90,63 @@ def published_runs() -> list[MeasuredRun]:
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})
         runs.append(MeasuredRun(run, "published", row["metric"], float(row["value"]), row["source"]))
+    return runs
+
+
+def _public_model(row: Mapping) -> str | ModelSpec:
+    if row["model"] in catalog.models():
+        return row["model"]
+    hidden, heads = int(row["hidden"]), int(row["heads"])
+    return ModelSpec(name=row["model"], layers=int(row["layers"]), hidden=hidden, heads=heads,
+                     kv_heads=int(row["kv_heads"] or heads), ffn_hidden=int(row["ffn_hidden"] or 4 * hidden),
+                     ffn_type=row["ffn_type"] or "gelu", vocab=int(row["vocab"]), seq_len=int(row["seq_len"]),
+                     source=row["source"])
+
+
+def _public_plan(row: Mapping) -> dict:
+    stack = row["stack"]
+    tp = int(row["tp"])
+    plan = {"tp": tp, "pp": int(row["pp"]), "global_batch": int(row["global_batch"]), "stack": stack}
+    for key in ("dp", "cp", "interleave", "micro_batch", "zero", "ep"):
+        if row.get(key):
+            plan[key] = int(row[key])
+    if row["recompute"]:
+        plan["recompute"] = row["recompute"]
+    if row["sequence_parallel"]:
+        plan["sequence_parallel"] = row["sequence_parallel"] == "true"
+    for key, value in UNPUBLISHED_DEFAULTS[stack].items():
+        if key not in plan:
+            plan[key] = tp > 1 if value == "tp>1" else value
+    if "asynctp" in row["id"]:  # torchtitan's asynchronous TP overlaps its collectives with the GEMMs
+        plan.update(tp_comm_overlap=True, sequence_parallel=True)
+    if not plan.get("sequence_parallel"):
+        plan["tp_comm_overlap"] = False
+    return plan
+
+
+def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
+    """Public runs of other stacks and generations (``data/published_runs_stacks.csv``). Rows
+    without a published tp and pp cannot be priced; they are left out (appended to ``skipped``)."""
+    runs = []
+    with open(catalog.data_path(STACKS_FILE), encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if not row["tp"] or not row["pp"]:
+                if skipped is not None:
+                    skipped.append((row["id"], "tp/pp not published"))
+                continue
+            model = _public_model(row)
+            if not isinstance(model, str) and not row["seq_len"]:
+                raise ValueError(f"{STACKS_FILE}: row {row['id']}: seq_len is blank")
+            if isinstance(model, str) and row["seq_len"]:
+                base = catalog.models()[model]
+                if int(row["seq_len"]) != int(base["seq_len"]):
+                    model = dict(ModelSpec.from_catalog(model).__dict__, seq_len=int(row["seq_len"]))
+            run = RunSpec.from_dict({"id": row["id"], "model": model, "system": row["system"],
+                                     "gpus": int(row["gpus"]), "plan": _public_plan(row)})
+            dataset = f"{row['stack']}-{run.system.generation}"
+            if "compile" in row["id"]:
+                dataset = "fsdp-compiled"
+            runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"]))
     return runs
 
 
@@ -72,7 +164,7 @@ def vtrain_runs(vtrain_dir: str | Path, which: str = "multi") -> list[MeasuredRu
             plan = PlanSpec.from_dict({"tp": int(row["tensor parallelism"]), "pp": int(row["pipeline parallelism"]),
                                        "dp": int(row["data parallelism"]), "micro_batch": int(row["micro batch"]),
                                        "global_batch": int(row["global batch"]), "recompute": "full",
-                                       "flash_attention": MEASURED_FLASH_ATTENTION},
+                                       "flash_attention": MEASURED_FLASH_ATTENTION, "stack": "deepspeed"},
                                       gpus=int(row["# GPUs"]), where=f"vtrain-{which} row {i}")
             run = RunSpec(id=f"vtrain-{which}-{i}", model=model, system=system, plan=plan)
             runs.append(MeasuredRun(run, f"vtrain-{which}", "step_time_s",
@@ -81,8 +173,13 @@ def vtrain_runs(vtrain_dir: str | Path, which: str = "multi") -> list[MeasuredRu
     return runs
 
 
-def measured_runs(vtrain_dir: str | Path | None = None, include_vtrain_single: bool = False) -> list[MeasuredRun]:
+def measured_runs(vtrain_dir: str | Path | None = None, include_vtrain_single: bool = False,
+                  include_public: bool = True) -> list[MeasuredRun]:
+    """Every measured run: published, the public runs of other stacks (``include_public``) and,
+    where ``vtrain_dir`` holds them, vTrain's."""
     runs = published_runs()
+    if include_public:
+        runs += public_runs()
     if vtrain_dir is not None and Path(vtrain_dir).is_dir():
         runs += vtrain_runs(vtrain_dir, "multi")
         if include_vtrain_single:
@@ -90,18 +187,30 @@ def measured_runs(vtrain_dir: str | Path | None = None, include_vtrain_single: b
     return runs
 
 
+def metric_value(p: perfmodel.Prediction, metric: str, gpus: int) -> float:
+    """A prediction in the metric a run was published in."""
+    if metric == "step_time_s":
+        return p.step_time_s
+    if metric == "hardware_tflops_per_gpu":
+        return p.hardware_tflops_per_gpu
+    if metric == "model_tflops_per_gpu":
+        return p.model_tflops_per_gpu
+    if metric == "tokens_per_s_per_gpu":
+        return p.tokens_per_s / gpus
+    raise ValueError(f"metric {metric!r} is not one of step_time_s, hardware_tflops_per_gpu, "
+                     "model_tflops_per_gpu, tokens_per_s_per_gpu")
+
+
 def predicted_value(m: MeasuredRun, calibration: Mapping[str, float] | None = None) -> float:
-    p = perfmodel.predict(m.run, calibration)
-    return p.step_time_s if m.metric == "step_time_s" else p.hardware_tflops_per_gpu
+    return metric_value(perfmodel.predict(m.run, calibration), m.metric, m.run.gpus)
 
 
 def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_single: bool = False,
-                       calibration: Mapping[str, float] | None = None) -> xr.Dataset:
+                       calibration: Mapping[str, float] | None = None, include_public: bool = True) -> xr.Dataset:
     """Predicted vs measured for every measured run (dim ``run``)."""
-    runs = measured_runs(vtrain_dir, include_vtrain_single)
+    runs = measured_runs(vtrain_dir, include_vtrain_single, include_public)
     predictions = [perfmodel.predict(m.run, calibration) for m in runs]
-    predicted = np.array([p.step_time_s if m.metric == "step_time_s" else p.hardware_tflops_per_gpu
-                          for m, p in zip(runs, predictions)])
+    predicted = np.array([metric_value(p, m.metric, m.run.gpus) for m, p in zip(runs, predictions)])
     measured = np.array([m.measured for m in runs])
     rel = (predicted - measured) / measured
     ds = xr.Dataset(
@@ -124,16 +233,19 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
             "tp": ("run", np.array([m.run.plan.tp for m in runs], dtype=np.int64)),
             "pp": ("run", np.array([m.run.plan.pp for m in runs], dtype=np.int64)),
             "dp": ("run", np.array([m.run.plan.dp for m in runs], dtype=np.int64)),
+            "stack": ("run", [m.run.plan.stack for m in runs]),
+            "generation": ("run", [m.run.system.generation for m in runs]),
+            "fitted": ("run", np.array([m.dataset not in NOT_FITTED for m in runs])),
         },
     )
-    for name, key in (("published", "published"), ("vtrain-multi", "vtrain_multi"),
-                      ("vtrain-single", "vtrain_single")):
-        sel = ds["dataset"].values == name
-        if sel.any():
-            ape = np.abs(rel[sel])
-            ds.attrs[f"mape_{key}"] = float(ape.mean())
-            ds.attrs[f"max_abs_error_{key}"] = float(ape.max())
-    ds.attrs["calibration"] = str(perfmodel.calibration_parameters("ampere", calibration))
+    for name in dict.fromkeys(ds["dataset"].values.tolist()):
+        key = name.replace("-", "_")
+        ape = np.abs(rel[ds["dataset"].values == name])
+        ds.attrs[f"mape_{key}"] = float(ape.mean())
+        ds.attrs[f"max_abs_error_{key}"] = float(ape.max())
+    ds.attrs["calibration"] = json.dumps({f"{g}/{st}": perfmodel.calibration_parameters(g, calibration, st)
+                                          for g, st in sorted({(m.run.system.generation, m.run.plan.stack)
+                                                               for m in runs})}, sort_keys=True)
     ds.attrs.update(provenance({"vtrain_dir": None if vtrain_dir is None else str(vtrain_dir),
                                 "include_vtrain_single": bool(include_vtrain_single),
                                 "calibration": dict(calibration or {})}))
@@ -159,5 +271,5 @@ def table(ds: xr.Dataset, dataset: str | None = None) -> pd.DataFrame:
     return df
 
 
-__all__ = ["MeasuredRun", "published_runs", "vtrain_runs", "measured_runs", "validation_dataset", "summary",
+__all__ = ["MeasuredRun", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
            "table"]

@@ -54,7 +54,9 @@ C_HBM_EFF = 6  # achievable fraction of HBM bandwidth for streaming kernels
 C_RESERVED_BYTES = 7  # memory held by the framework, CUDA context, NCCL buffers
 C_POWER_COMPUTE = 8  # share of dynamic power drawn by the compute units at full use
 C_POWER_MEMORY = 9  # share drawn by HBM traffic at full bandwidth
-C_SIZE = 10
+C_LAYER_HOST_S = 10  # fitted per stack: host time to issue one layer's forward (a pass takes at least this)
+C_GRAD_BYTES = 11  # per stack: bytes of each gradient element held (4: fp32 main grads; 2: 16-bit)
+C_SIZE = 12
 
 # recomputation modes
 RC_NONE = 0

@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_FETCH_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_FETCH_S, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -259,11 +259,19 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     else:
         flops_recomp = 0.0
 
+    # the host issues every kernel: a pass takes at least the stack's host time per layer (the
+    # backward issues twice the forward's kernels, and the recomputed forward's too); what the GPU
+    # work does not cover is idle time, counted with the element-wise work (not as HBM traffic)
+    host = calib[C_LAYER_HOST_S]
+    fwd_idle = max(0.0, host - (fwd_gemm + fwd_elem + tp_fwd + ep_fwd))
+    bwd_host = (3.0 if rc == RC_FULL else 2.0) * host
+    bwd_idle = max(0.0, bwd_host - (bwd_gemm + bwd_elem + tp_bwd + ep_bwd + recomp + recomp_tp))
+
     out[L_FWD_GEMM] = fwd_gemm
-    out[L_FWD_ELEM] = fwd_elem
+    out[L_FWD_ELEM] = fwd_elem + fwd_idle
     out[L_FWD_TP] = tp_fwd
     out[L_BWD_GEMM] = bwd_gemm
-    out[L_BWD_ELEM] = bwd_elem
+    out[L_BWD_ELEM] = bwd_elem + bwd_idle
     out[L_BWD_TP] = tp_bwd
     out[L_RECOMP] = recomp
     out[L_RECOMP_TP] = recomp_tp
@@ -437,37 +445,46 @@ def p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb):
 
 
 @njit(cache=True)
-def dp_sync_time(system, calib, grad_bytes, group_ranks, stride, n_shard, dp_replicas, zero):
-    """Gradient synchronisation of one step over ``group_ranks`` data-parallel ranks ``stride``
-    apart: an all-reduce (ZeRO 0); for ZeRO 1-2 a reduce-scatter + all-gather in the shard group of
-    ``n_shard`` ranks (ZeRO 3 reduces per layer instead, see :func:`zero3_layer_time`); with hybrid
-    sharding (``dp_replicas`` > 1) an all-reduce of the shards across the replicas."""
+def dp_sync_time(system, calib, params, grad_bytes, group_ranks, stride, n_shard, dp_replicas, zero):
+    """Gradient synchronisation of one step for ``params`` parameters over ``group_ranks``
+    data-parallel ranks ``stride`` apart: ``(reduce_s, gather_s)``.
+
+    ZeRO 0: an all-reduce of the gradients (``grad_bytes`` each). ZeRO 1-2: a reduce-scatter of the
+    gradients and, after the optimizer step, an all-gather of the updated 16-bit weights, in the
+    shard group of ``n_shard`` ranks (ZeRO 3 gathers and reduces per layer instead, see
+    :func:`zero3_layer_time`). With hybrid sharding (``dp_replicas`` > 1) the shards are also
+    all-reduced across the replicas (counted with the reduction)."""
     domain = int(system[S_SCALE_UP_DOMAIN])
     eff = calib[C_NET_EFF]
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
     if zero == 0:
         bw_d, lat_d = out_link(system, group_ranks, stride)
-        return allreduce_time(grad_bytes, group_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+        return allreduce_time(grad_bytes * params, group_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d,
+                              eff), 0.0
     shard_ranks = group_ranks // dp_replicas if dp_replicas > 0 else group_ranks
-    total = 0.0
+    reduce = 0.0
+    gather = 0.0
     if zero <= 2:
         bw_d, lat_d = out_link(system, shard_ranks, stride)
-        total = 2.0 * allgather_time(grad_bytes, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+        reduce = allgather_time(grad_bytes * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+        gather = allgather_time(BYTES * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
     if dp_replicas > 1:
         rstride = stride * shard_ranks
         bw_d, lat_d = out_link(system, dp_replicas, rstride)
-        total += allreduce_time(grad_bytes / n_shard, dp_replicas, rstride, domain, bw_up, lat_up, bw_d, lat_d, eff)
-    return total
+        reduce += allreduce_time(grad_bytes * params / n_shard, dp_replicas, rstride, domain, bw_up, lat_up, bw_d,
+                                 lat_d, eff)
+    return reduce, gather
 
 
 @njit(cache=True)
-def state_bytes_per_param(zero, shard_ranks):
+def state_bytes_per_param(zero, shard_ranks, grad_bytes):
     """(weights, gradients, optimizer) bytes per parameter of a GPU's stage under ZeRO stage
-    ``zero`` sharded over ``shard_ranks``: 16-bit weights and gradients, 12 bytes of fp32 master
-    weights and Adam moments (the ZeRO paper's ``2 + 2 + K``, K = 12); stage 1 shards the
-    optimizer, 2 also the gradients, 3 also the weights (ZeRO paper, Sec. 5)."""
+    ``zero`` sharded over ``shard_ranks``: 16-bit weights, gradients of ``grad_bytes`` (2, or 4 for
+    Megatron's fp32 main gradients), 12 bytes of fp32 master weights and Adam moments (the ZeRO
+    paper's ``2 + 2 + K``, K = 12); stage 1 shards the optimizer, 2 also the gradients, 3 also the
+    weights (ZeRO paper, Sec. 5)."""
     w = BYTES / shard_ranks if zero == 3 else BYTES
-    g = BYTES / shard_ranks if zero >= 2 else BYTES
+    g = grad_bytes / shard_ranks if zero >= 2 else grad_bytes
     o = OPTIMIZER_BYTES_PER_PARAM / shard_ranks if zero >= 1 else OPTIMIZER_BYTES_PER_PARAM
     return w, g, o
 
@@ -487,8 +504,8 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     l_first, l_mid, l_last = stage_layers(layers, pp, v)
     p_layer = model[M_PARAMS_LAYER] / t
     pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if model[M_EXPERTS] > 1.0 else 0.0
-    w, g, o = state_bytes_per_param(zero, shard_ranks)
-    we, ge, oe = state_bytes_per_param(zero, e_shard_ranks)
+    w, g, o = state_bytes_per_param(zero, shard_ranks, calib[C_GRAD_BYTES])
+    we, ge, oe = state_bytes_per_param(zero, e_shard_ranks, calib[C_GRAD_BYTES])
     inflight = micro if micro < pp else pp
     factor = 1.0 + (pp - 1.0) / (pp * v) if v > 1 else 1.0
     act = lc[L_ACT_BYTES]
@@ -619,16 +636,22 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     pe_dev = max(l_first, max(l_mid, l_last)) * pe_layer
 
     # data-parallel gradient synchronisation, once per step (over dp x cp ranks, tp apart); the
-    # expert gradients over the expert-data-parallel ranks (tp*ep apart)
-    dp_time = dp_sync_time(system, calib, BYTES * p_dev, dp * cp, tp, n_shard, dp // n_shard, zero)
+    # expert gradients over the expert-data-parallel ranks (tp*ep apart); in the stack's gradient precision
+    g_bytes = calib[C_GRAD_BYTES]
+    dp_reduce, dp_gather = dp_sync_time(system, calib, p_dev, g_bytes, dp * cp, tp, n_shard, dp // n_shard, zero)
     if moe:
-        dp_time += dp_sync_time(system, calib, BYTES * pe_dev, (dp // ep) * cp, tp * ep, e_shard, e_replicas,
-                                zero)
+        e_reduce, e_gather = dp_sync_time(system, calib, pe_dev, g_bytes, (dp // ep) * cp, tp * ep, e_shard,
+                                          e_replicas, zero)
+        dp_reduce += e_reduce
+        dp_gather += e_gather
+    dp_time = dp_reduce + dp_gather
     dp_exposed = dp_time
-    if overlap:  # hidden behind the last micro-batch's backward pass (including its waits)
+    if overlap:  # the reduction behind the last micro-batch's backward, the weight all-gather behind
+        # the next step's first forward (Megatron-Core's overlapped grad reduce and param gather)
         backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
-                             + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_l)
-        dp_exposed = max(0.0, dp_time - backward)
+                             + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_bwd)
+        forward = l_crit * (lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + z3_fwd)
+        dp_exposed = max(0.0, dp_reduce - backward) + max(0.0, dp_gather - forward)
 
     # optimizer (memory-bound Adam over this GPU's shard)
     opt_div = n_shard * cp if zero >= 1 else 1

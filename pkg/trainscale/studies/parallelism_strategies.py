@@ -117,11 +117,18 @@ def strategy_space(strategy: str, model, system, gpus: int, global_batch: int) -
             "zero": [0, 1]}
 
 
-def best_plan(model, system, gpus: int, global_batch: int, space: dict, rerank: int = 8) -> dict | None:
-    """The best feasible plan of ``space`` (pipelines simulated), with its hardware and model
-    TFLOP/s per GPU; None when no plan fits."""
+def strategy_stack(strategy: str) -> str:
+    """The software the paper ran a strategy with: DeepSpeed for ZeRO-3, Megatron-LM for PTD-P."""
+    return "deepspeed" if strategy == "zero-3" else "megatron"
+
+
+def best_plan(model, system, gpus: int, global_batch: int, space: dict, rerank: int = 8,
+              stack: str = "megatron") -> dict | None:
+    """The best feasible plan of ``space`` run by ``stack`` (pipelines simulated), with its
+    hardware and model TFLOP/s per GPU; None when no plan fits."""
     model, system = study_model(model), resolve_system(system)
-    _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=1, space=space, rerank=rerank)
+    _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=1, space=space, rerank=rerank,
+                                 stack=stack)
     if not ranked:
         return None
     plan = ranked[0]["plan"]
@@ -179,7 +186,8 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
             for k in range(doublings):
                 n = int(gpus[i, k])
                 best = best_plan(model, system_spec, n, batch[i],
-                                 strategy_space(strategy, model, system_spec, n, batch[i]))
+                                 strategy_space(strategy, model, system_spec, n, batch[i]),
+                                 stack=strategy_stack(strategy))
                 if best is None:
                     continue
                 for name in FLOAT_META:

@@ -44,6 +44,8 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3
+	@echo "compiling the Numba kernels into $(NUMBA_CACHE_DIR) (once; a first search then answers in seconds)"
+	$(PY) -c "from trainscale import perfmodel; perfmodel.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
 	touch $@
 
 test: $(STAMP)

@@ -179,3 +179,34 @@ def test_simulated_plan_matches_the_closed_form_without_links():
     assert step == pytest.approx(15 * max(times) + sum(times), rel=1e-9)
     result, step = hetero.simulate(p, hetero.evaluate(p, 1, [0, 0, 0, 0], [4, 4, 4, 4]))
     assert step <= hetero.evaluate(p, 1, [0, 0, 0, 0], [4, 4, 4, 4]).step_time_s * (1 + 1e-12)
+
+
+# --------------------------------------------------------------------------- bad cluster files (regressions)
+GROUPS = [{"name": "a", "system": "dgx-a100-80gb", "nodes": 2}, {"name": "b", "system": "dgx-v100", "nodes": 2}]
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"groups": GROUPS, "links": [{"between": ["a", "b"], "bandwidth_GBps": float("nan")}]}, "bandwidth_GBps"),
+    ({"groups": GROUPS, "links": [{"between": ["a", "b"], "bandwidth_GBps": 10.0, "latency_s": float("nan")}]},
+     "latency_s"),
+    ({"groups": GROUPS, "links": [{"between": ["a", "b"], "bandwidth_GBps": float("inf")}]}, "bandwidth_GBps"),
+    ({"groups": GROUPS, "links": [{"between": ["a", "b"], "bandwidth_GBps": 10.0, "latency": 1e-5}]}, "latency"),
+    ({"groups": GROUPS, "links": [{"between": ["a", "a"], "bandwidth_GBps": 10.0}]}, "between"),
+    ({"groups": GROUPS, "links": [{"between": ["a", "b"], "bandwidth_GBps": 10.0},
+                                  {"between": ["b", "a"], "bandwidth_GBps": 20.0}]}, "between"),
+    ({"groups": 5, "links": []}, "groups"),
+    ({"groups": GROUPS, "links": 5}, "links"),
+])
+def test_bad_cluster_files_name_the_field(doc, field):
+    with pytest.raises(SpecError) as err:
+        hetero.Cluster.from_dict(doc)
+    assert err.value.field == field
+
+
+def test_a_huge_global_batch_is_rejected_or_fast():
+    cluster = hetero.Cluster.from_dict({"groups": GROUPS, "links": [{"between": ["a", "b"], "bandwidth_GBps": 10.0}]})
+    with pytest.raises(SpecError) as err:
+        hetero.problem("llama2-7b", cluster, 20000000000000000000)
+    assert err.value.field == "global_batch"
+    p = hetero.problem("llama2-7b", cluster, 2**40)
+    assert hetero._replica_counts(p) == [2**k for k in range(41)]

@@ -114,6 +114,16 @@ def _check_search(out):
     assert re.search(r"^\s+1\s+\d+\s+\d+", out, re.M), "no plan ranked 1:\n" + out[:2000]
 
 
+def _check_search_fixed(out):
+    got = json.loads(out)
+    assert got["fixed"] == {"tp": 8, "pp": 12} and got["searched"] == ["interleave", "micro_batch", "recompute"]
+    assert got["best"], got
+    for entry in got["best"]:
+        assert entry["plan"]["tp"] == 8 and entry["plan"]["pp"] == 12 and entry["plan"]["dp"] == 4
+        assert {"step_time_s", "mfu", "memory_gib_per_gpu", "breakdown", "memory_breakdown_gib"} <= set(entry)
+        assert entry["fits"] is True
+
+
 def _check_plan(out):
     assert "llama2-70b on 16 x dgx-a100-80gb (a100), 16 x dgx-v100 (v100), global batch 256" in out
     m = re.search(r"step ([\d.]+) s", out)
@@ -196,6 +206,8 @@ COMMANDS = {
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 4096 --global-batch 1536":
         Run(_check_search),
     "trainscale plan examples/cluster.yaml --model llama2-70b --global-batch 256": Run(_check_plan),
+    "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 384 --global-batch 1536 --fix tp=8 "
+    "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),
     "trainscale validate": Run(_check_validate),
     "trainscale validate --all": Run(_check_validate_all),
     "trainscale calibrate": NotRun(

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import yaml
 
 from . import __version__
@@ -185,24 +186,89 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def cmd_search(args) -> int:
+def _spec_arg(value: str, what: str):
+    """A catalog name, or a YAML file holding the spec (a model's shape; a system's name + overrides)."""
+    if value.endswith((".yaml", ".yml")) or Path(value).is_file():
+        doc = _load_yaml(value)
+        if not isinstance(doc, dict):
+            raise CLIError(f"--{what} = {value!r} is invalid; the file must hold a mapping")
+        return doc
+    return value
+
+
+def _fixed_fields(pairs: Sequence[str] | None) -> dict:
     from . import perfmodel
 
-    grid, ranked = perfmodel.search(args.model, args.system, args.gpus, args.global_batch, top=args.top)
+    fixed = {}
+    valid = perfmodel.GRID_AXES + (perfmodel.EP_AXIS,)
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in valid:
+            raise CLIError(f"--fix = {pair!r} is invalid; expected FIELD=VALUE with FIELD one of {', '.join(valid)}")
+        value = yaml.safe_load(text) if text else None
+        if key == "recompute":
+            fixed[key] = str(value)
+        elif isinstance(value, bool):
+            fixed[key] = int(value)
+        elif isinstance(value, int) and 0 <= value < 2**31:
+            fixed[key] = value
+        else:
+            raise CLIError(f"--fix = {pair!r} is invalid; {key} takes an integer in [0, 2^31) or true/false")
+    return fixed
+
+
+def search_space(model, system, gpus: int, global_batch: int, fixed: dict, knobs: Sequence[str] | None) -> dict:
+    """The default plan space, narrowed to ``knobs`` (the rest at their defaults) and ``fixed``."""
+    from . import perfmodel
+
+    space = perfmodel.default_space(model, system, gpus, global_batch)
+    if knobs:
+        valid = set(space)
+        for knob in knobs:
+            if knob not in valid:
+                raise CLIError(f"--search = {knob!r} is invalid; searchable knobs: {', '.join(sorted(valid))}")
+        space = {k: v for k, v in space.items() if k in knobs or k == perfmodel.EP_AXIS}
+    for key, value in fixed.items():
+        space[key] = [value]
+    return space
+
+
+def cmd_search(args) -> int:
+    from . import perfmodel
+    from .specs import RunSpec, resolve_model, resolve_system
+
+    model = resolve_model(_spec_arg(args.model, "model"), where="--model")
+    if args.seq_len is not None:
+        model = resolve_model({**{k: v for k, v in model.__dict__.items() if k != "name"}, "name": model.name,
+                               "seq_len": args.seq_len}, where="--seq-len")
+    system = resolve_system(_spec_arg(args.system, "system"), where="--system")
+    fixed = _fixed_fields(args.fix)
+    knobs = [k for part in (args.search or []) for k in part.split(",") if k]
+    space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
+    grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
+                                    stack=args.stack)
     evaluated = int(grid["step_time_s"].size)
     feasible = int(grid["fits"].values.sum())
+    best = []
+    for entry in ranked:  # the same fields as predict, plus the plan
+        run = RunSpec(id=f"rank-{len(best) + 1}", model=model, system=system,
+                      plan=perfmodel.plan_from_grid_entry(entry["plan"], args.global_batch))
+        best.append({"plan": entry["plan"], **perfmodel.predict(run).as_dict()})
     if args.json:
-        _dump_json({"model": args.model, "system": args.system, "gpus": args.gpus,
-                    "global_batch": args.global_batch, "plans_evaluated": evaluated,
-                    "plans_feasible": feasible, "best": ranked})
+        _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
+                    "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
+                    "searched": sorted(k for k, v in space.items() if len(v) > 1),
+                    "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best})
         return 0
-    print(f"{args.model} on {args.gpus} GPUs of {args.system}, global batch {args.global_batch}")
+    print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch}")
     print(f"plans evaluated: {evaluated}, feasible: {feasible}")
-    if not ranked:
-        print("no plan fits")
+    if not best:
+        structural = int(np.isfinite(grid["step_time_s"].values).sum())
+        print("no plan fits in memory" if structural else
+              "no valid plan: no tp x pp x cp split in the space divides the GPUs and the batch")
         return 0
     rows = []
-    for rank, entry in enumerate(ranked, 1):
+    for rank, entry in enumerate(best, 1):
         row = {"rank": rank}
         row.update(entry["plan"])
         row.update({"step_s": entry["step_time_s"], "tokens/s": entry["tokens_per_s"],
@@ -390,8 +456,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value < 1 or value > 2**40:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to 2^40, got {text!r}")
     return value
 
 
@@ -406,10 +472,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("search", help="search the plan space for the fastest plans that fit")
-    p.add_argument("--model", required=True, help="catalog model name")
-    p.add_argument("--system", required=True, help="catalog system name")
+    p.add_argument("--model", required=True, help="catalog model name, or a YAML file with the model's shape")
+    p.add_argument("--system", required=True, help="catalog system name, or a YAML file {name: ..., overrides}")
     p.add_argument("--gpus", required=True, type=_positive_int)
     p.add_argument("--global-batch", required=True, type=_positive_int, help="sequences per step")
+    p.add_argument("--seq-len", type=_positive_int, help="sequence length (default: the model's)")
+    p.add_argument("--stack", default="megatron", choices=("megatron", "deepspeed", "fsdp", "nemo"),
+                   help="software stack that runs the plans (default megatron)")
+    p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
+    p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
+                   "their defaults unless fixed), e.g. --search interleave recompute micro_batch")
     p.add_argument("--top", type=_positive_int, default=5, help="plans to show (default 5)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)

@@ -29,6 +29,7 @@ from the largest down, whose short pipelines are cheap to plan and give that bou
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -90,6 +91,9 @@ class Cluster:
         if unknown:
             key = sorted(unknown)[0]
             raise SpecError(key, d[key], "unknown cluster field; valid fields: groups, links", where)
+        for key in ("groups", "links"):
+            if d.get(key) is not None and not isinstance(d[key], (list, tuple)):
+                raise SpecError(key, d[key], f"expected a list of {key[:-1]} mappings", where)
         groups = []
         for i, g in enumerate(d["groups"] or []):
             w = f"{where} group {i}"
@@ -116,14 +120,24 @@ class Cluster:
             w = f"{where} link {i}"
             if not isinstance(link, Mapping):
                 raise SpecError("links", link, "each link is {between: [a, b], bandwidth_GBps, latency_s}", w)
+            bad = set(link) - {"between", "bandwidth_GBps", "latency_s"}
+            if bad:
+                key = sorted(bad)[0]
+                raise SpecError(key, link[key], "unknown link field; valid fields: between, bandwidth_GBps, latency_s", w)
             between = link.get("between")
             if not isinstance(between, (list, tuple)) or len(between) != 2 or any(b not in names for b in between):
                 raise SpecError("between", between, f"expected two group names of {', '.join(names)}", w)
+            if between[0] == between[1]:
+                raise SpecError("between", between, "a link joins two different groups (inside a group the "
+                                "system's own network is used)", w)
+            pair = frozenset(between)
+            if any(frozenset((l.a, l.b)) == pair for l in links):
+                raise SpecError("between", between, "this pair is linked twice; give one link per pair", w)
             bw, lat = link.get("bandwidth_GBps"), link.get("latency_s", 0.0)
-            if isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0:
-                raise SpecError("bandwidth_GBps", bw, "expected a number > 0 (GB/s)", w)
-            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or lat < 0:
-                raise SpecError("latency_s", lat, "expected a number >= 0 (seconds)", w)
+            if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not math.isfinite(bw) or not 0 < bw <= 1e6:
+                raise SpecError("bandwidth_GBps", bw, "expected a finite number in (0, 1e6] (GB/s)", w)
+            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat) or not 0 <= lat <= 10:
+                raise SpecError("latency_s", lat, "expected a finite number in [0, 10] (seconds)", w)
             links.append(Link(between[0], between[1], float(bw), float(lat)))
         cluster = cls(tuple(groups), tuple(links))
         for a, b in itertools.combinations(range(len(groups)), 2):
@@ -237,8 +251,8 @@ class Problem:
 def problem(model, cluster: Cluster, global_batch: int, max_stages: int = 8, micro_batch: int = 1,
             recompute: str = "full") -> Problem:
     model = resolve_model(model)
-    if global_batch < 1:
-        raise SpecError("global_batch", global_batch, "expected an integer >= 1")
+    if not 1 <= global_batch <= 2**40:
+        raise SpecError("global_batch", global_batch, "expected an integer in [1, 2^40]")
     costs = tuple(group_costs(model, g.system, micro_batch, recompute) for g in cluster.groups)
     n = len(cluster.groups)
     bw, lat = np.zeros((n, n)), np.zeros((n, n))
@@ -269,7 +283,10 @@ def step_time(max_t: float, sum_t: float, max_sync: float, micro_batches: int) -
 
 
 def _replica_counts(p: Problem) -> list[int]:
-    return [d for d in range(1, p.global_batch + 1) if p.global_batch % d == 0]
+    """The divisors of the global batch, found up to its square root (a huge batch stays fast)."""
+    n = p.global_batch
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def evaluate(p: Problem, dp: int, groups: Sequence[int], layers: Sequence[int]) -> PipelinePlan | None:

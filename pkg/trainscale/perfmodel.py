@@ -466,21 +466,43 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     return grid, candidates[:top]
 
 
+def canonical_plan(plan: Mapping) -> tuple:
+    """A key equal for plans that are the same plan: ``shard_group`` 0 and ``dp`` (or any shard
+    group without ZeRO), TP overlap without sequence parallelism, per-tensor fetches without ZeRO-3."""
+    p = dict(plan)
+    if p.get("zero", 0) == 0 or p.get("shard_group", 0) in (0, p.get("dp")):
+        p["shard_group"] = 0
+    if not p.get("sequence_parallel"):
+        p["tp_comm_overlap"] = False
+    if p.get("zero", 0) != 3:
+        p["zero3_per_tensor"] = False
+    return tuple(sorted(p.items()))
+
+
 def rank(grid: xr.Dataset, top: int) -> list[dict]:
+    """The ``top`` fastest distinct feasible plans of a grid (equivalent spellings of one plan,
+    :func:`canonical_plan`, count once)."""
     step = grid["step_time_s"].values
     ok = grid["fits"].values & np.isfinite(step)
     flat = np.flatnonzero(ok.ravel())
     if flat.size == 0:
         return []
-    order = flat[np.argsort(step.ravel()[flat], kind="stable")][:top]
+    order = flat[np.argsort(step.ravel()[flat], kind="stable")]
     ranked = []
+    seen = set()
     axes = grid_axes(grid)
     for index in order:
+        if len(ranked) >= top:
+            break
         idx = np.unravel_index(index, step.shape)
         plan = {name: grid[name].values[i].item() for name, i in zip(axes, idx)}
         plan["dp"] = int(grid["dp"].values[idx])
         for key in BOOLEAN_AXES:
             plan[key] = bool(plan[key])
+        key = canonical_plan(plan)
+        if key in seen:
+            continue
+        seen.add(key)
         ranked.append({
             "plan": plan,
             "step_time_s": float(step[idx]),
@@ -511,4 +533,4 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
-           "plan_from_grid_entry", "EP_AXIS", "grid_axes"]
+           "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES"]

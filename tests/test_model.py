@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from trainscale import perfmodel
-from trainscale.specs import RECOMPUTE_MODES, PlanSpec, RunSpec, SystemSpec, resolve_model
+from trainscale.specs import RECOMPUTE_MODES, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model
 
 FAST = settings(max_examples=50, deadline=None)
 MODELS = ["gpt-1.7b", "llama2-7b", "llama3-8b", "gpt3-175b"]
@@ -204,3 +204,35 @@ def test_bigger_global_batch_never_lowers_throughput(run, factor):
     bigger = predict(run, global_batch=run.plan.global_batch * factor)
     assert bigger.tokens_per_s >= base.tokens_per_s * (1 - 1e-12), (run.plan, base.tokens_per_s,
                                                                      bigger.tokens_per_s)
+
+
+# --------------------------------------------------------------------------- out-of-range input (regressions)
+def predict_dict(run):
+    return perfmodel.predict(run)
+
+
+@pytest.mark.parametrize("system, field", [
+    ({"name": "dgx-a100-80gb", "peak_flops_bf16": 1e-300}, "peak_flops_bf16"),
+    ({"name": "dgx-a100-80gb", "peak_flops_bf16": 312}, "peak_flops_bf16"),  # TFLOP/s for FLOP/s
+    ({"name": "dgx-a100-80gb", "scale_up_latency_s": 1e308}, "scale_up_latency_s"),
+    ({"name": "dgx-a100-80gb", "hbm_bandwidth_GBps": float("nan")}, "hbm_bandwidth_GBps"),
+])
+def test_implausible_system_values_are_errors(system, field):
+    with pytest.raises(SpecError) as err:
+        predict_dict({"id": "x", "model": "llama2-7b", "system": system, "gpus": 8,
+                      "plan": {"tp": 8, "global_batch": 8}})
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("model, plan, field", [
+    ({"hidden": 2**64}, {}, "hidden"),
+    ({"seq_len": 2**31}, {}, "seq_len"),
+    ({}, {"global_batch": 2**64}, "global_batch"),
+])
+def test_integers_beyond_their_range_are_errors(model, plan, field):
+    shape = {"layers": 4, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "ffn_type": "gelu", "vocab": 32000,
+             "seq_len": 1024, **model}
+    with pytest.raises(SpecError) as err:
+        predict_dict({"id": "x", "model": shape, "system": "dgx-a100-80gb", "gpus": 8,
+                      "plan": {"tp": 8, "global_batch": 8, **plan}})
+    assert err.value.field == field

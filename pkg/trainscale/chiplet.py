@@ -31,6 +31,7 @@ from .specs import ModelSpec, SpecError, resolve_model
 __all__ = [
     "COST_FIELDS",
     "SCHEMES",
+    "step_costs_grid",
     "ChipletSpec",
     "check_attention_local",
     "chiplets",
@@ -260,6 +261,16 @@ COST_FIELDS = {
 def unpack(costs: np.ndarray) -> dict[str, float]:
     """A kernel cost vector as a dict of named floats."""
     return {name: float(costs[i]) for name, i in COST_FIELDS.items()}
+
+
+def step_costs_grid(sides, shapes, chiplet) -> dict[str, np.ndarray]:
+    """Costs (fields of :data:`COST_FIELDS`) of every scheme (``SCHEMES`` order) on every
+    ``side x side`` mesh, one (weakly scaled) model shape per side: arrays ``[scheme, side]``."""
+    models = np.stack([model_vector(shape) for shape in shapes])
+    codes = np.array([SCHEME_CODES[s] for s in SCHEMES], dtype=np.int64)
+    costs = K.step_costs_grid(codes, np.asarray(sides, dtype=np.int64), models,
+                              resolve_chiplet(chiplet).hardware_vector())
+    return {name: costs[..., i] for name, i in COST_FIELDS.items()}
 
 
 def step(scheme: str, side: int, model: str | Mapping | ModelSpec, chiplet: str | Mapping | ChipletSpec,

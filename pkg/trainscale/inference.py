@@ -157,6 +157,18 @@ def prefill_grid(model, system, tps: Sequence[int], prompt_tokens: Sequence[int]
     return out
 
 
+PREFILL_FIELDS = {"time_s": K.P_TIME, "compute_s": K.P_COMPUTE, "comm_s": K.P_COMM}
+
+
+def prefill_table(model, system, tps: Sequence[int], prompt_tokens: Sequence[int], split_ratios: Sequence[float],
+                  batch: int = 1, overlap_slowdown: float = 0.0,
+                  calibration: Mapping[str, float] | None = None) -> dict[str, np.ndarray]:
+    """:func:`prefill_grid` as named arrays ``[tp, prompt, ratio]``: ``time_s`` (the prefill),
+    ``compute_s`` and ``comm_s`` (the all-reduces)."""
+    out = prefill_grid(model, system, tps, prompt_tokens, split_ratios, batch, overlap_slowdown, calibration)
+    return {name: out[..., slot] for name, slot in PREFILL_FIELDS.items()}
+
+
 def memory_fits(model, system, tp: int, tokens: int, batch: int = 1) -> bool:
     """Whether weights, the KV cache of ``tokens`` tokens and the framework's reserve
     (``reserved_GiB`` of calibration.yaml) fit in one GPU's memory."""

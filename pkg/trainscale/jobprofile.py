@@ -112,6 +112,21 @@ def precision_system(system, precision: str) -> SystemSpec:
                                scale_out_GBps_per_gpu=system.scale_out_GBps_per_gpu / 2)
 
 
+def data_loading_grid(system, gpus: int, micro_batch: int, workers: Sequence[int], bytes_per_sample: Sequence,
+                      decode_MBps_per_worker: float, gpu_busy_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed data-loading time and host-to-device copy time of one iteration, ``[memory, workers,
+    bytes_per_sample]`` with memory (pinned, pageable) at the system's host PCIe bandwidths; the
+    GPU's ``gpu_busy_s`` hides loading (it grows by the copy)."""
+    hv = host(system)
+    bws = np.array([hv["pcie_pinned_GBps"], hv["pcie_pageable_GBps"]]) * 1e9
+    load = np.zeros((2, len(workers), len(bytes_per_sample)))
+    copy = np.zeros_like(load)
+    JK.data_loading_grid(float(micro_batch), np.asarray(workers, dtype=np.int64), np.asarray(bytes_per_sample), bws,
+                         decode_MBps_per_worker * 1e6, hv["host_cores"] / gpus, gpus, hv["gpus_per_pcie_switch"],
+                         gpu_busy_s, load, copy)
+    return load, copy
+
+
 def nf4_bits_per_param(double_quant: bool = True) -> float:
     """Bits per NF4 weight with its block scales (4.127 with double quantisation, else 4.5)."""
     c = coefficients("finetune")

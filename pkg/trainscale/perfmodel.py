@@ -17,7 +17,10 @@ import xarray as xr
 from . import catalog
 from .kernels import layout as K
 from .kernels.grid import evaluate_grid_ep as _grid_kernel
-from .kernels.plan import chunk_layers, layer_costs, plan_costs, power_draw
+from .kernels.collectives import allgather_time as _allgather_time
+from .kernels.collectives import allreduce_time as _allreduce_time
+from .kernels.collectives import alltoall_time as _alltoall_time
+from .kernels.plan import chunk_layers, layer_costs, out_link as _out_link, plan_costs, power_draw
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -308,7 +311,74 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
         simulate_pipeline(out, run.model, run.plan, calib, run.system)
+    structural = int(out[K.O_REASON]) in (K.R_OK, K.R_MEMORY)
+    if structural and not (np.isfinite(out[K.O_STEP]) and out[K.O_STEP] > 0 and np.isfinite(out[K.O_MEM_BYTES])):
+        raise SpecError("run", run.id, "the prediction is not a finite positive step time; a model, system or "
+                        "plan value is out of scale")
     return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch)
+
+
+# --------------------------------------------------------------------------- model API for studies
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall")
+
+
+def collective_time_s(system, kind: str, nbytes: float, ranks: int, stride: int = 1,
+                      calibration: Mapping[str, float] | None = None, stack: str = DEFAULT_STACK) -> float:
+    """Seconds for one NCCL-style collective (``COLLECTIVES``) of ``nbytes`` over ``ranks`` GPUs
+    ``stride`` ranks apart on ``system``: the same formulas the plans are priced with
+    (:mod:`trainscale.kernels.collectives`), including the scale-out topology (a fat-tree's spine)
+    and the generation's fitted network efficiency. ``nbytes`` is the gathered buffer for an
+    all-gather or reduce-scatter, each GPU's buffer for an all-to-all."""
+    system = resolve_system(system)
+    if kind not in COLLECTIVES:
+        raise SpecError("kind", kind, f"expected one of {', '.join(COLLECTIVES)}")
+    if not (np.isfinite(nbytes) and nbytes >= 0):
+        raise SpecError("nbytes", nbytes, "expected a finite number of bytes >= 0")
+    if int(ranks) < 1 or int(stride) < 1:
+        raise SpecError("ranks" if int(ranks) < 1 else "stride", ranks if int(ranks) < 1 else stride,
+                        "expected an integer >= 1")
+    svec = system_vector(system)
+    eff = calibration_vector(system.generation, calibration, stack)[K.C_NET_EFF]
+    bw_out, lat_out = _out_link(svec, int(ranks), int(stride))
+    args = (float(nbytes), int(ranks), int(stride), system.scale_up_domain, svec[K.S_SCALE_UP_BW],
+            svec[K.S_SCALE_UP_LAT], bw_out, lat_out, eff)
+    if kind == "allreduce":
+        return float(_allreduce_time(*args))
+    if kind == "alltoall":
+        return float(_alltoall_time(*args))
+    return float(_allgather_time(*args))
+
+
+def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] | None = None) -> dict:
+    """Per-virtual-stage forward, backward (input gradient) and weight-gradient seconds, the
+    activation bytes of one micro-batch and the send time between stages, for a pipeline simulation
+    of ``plan`` (the same stage description :func:`predict` simulates).
+
+    The weight-gradient share of a layer's backward is its weight GEMMs' half of the backward GEMM
+    time (the attention core has no weights), which is what ZB-H1 may defer; the other schedules
+    run backward as one pass (``bwd + wgrad``)."""
+    model, system = resolve_model(model), resolve_system(system)
+    plan.check_against(model)
+    calib = calibration_vector(system.generation, calibration, plan.stack)
+    out = plan_vector(model, system, plan, calib)
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
+    lc = np.empty(K.L_SIZE)
+    layer_costs(model_vector(model), system_vector(system), calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
+    tokens, h, s = mb * model.seq_len, model.hidden, model.seq_len
+    kv = model.kv_heads * model.head_dim
+    weight_flops = (2 * tokens * h * (h + 2 * kv) + 2 * tokens * h * h
+                    + 2 * model.ffn_matrices * tokens * h * model.ffn_hidden)
+    attention_flops = 4 * mb * s * s * h
+    wgrad_layer = 0.5 * lc[K.L_BWD_GEMM] * weight_flops / (weight_flops + attention_flops)
+    layers = chunk_layers(model.layers, pp, v).ravel().astype(float)
+    fwd = layers * out[K.O_LAYER_FWD]
+    bwd = layers * (out[K.O_LAYER_BWD] - wgrad_layer)
+    wgrad = layers * wgrad_layer
+    fwd[-1] += out[K.O_HEAD_FWD]
+    bwd[-1] += out[K.O_HEAD_BWD]
+    act = layers * lc[K.L_ACT_BYTES]
+    act[-1] += lc[K.L_HEAD_BYTES]
+    return {"fwd": fwd, "bwd": bwd, "wgrad": wgrad, "send": np.full(pp * v - 1, out[K.O_P2P]), "act_bytes": act}
 
 
 # --------------------------------------------------------------------------- grids
@@ -533,4 +603,5 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
-           "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES"]
+           "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
+           "collective_time_s", "pipeline_stage_times", "COLLECTIVES"]

@@ -32,17 +32,26 @@ class SpecError(ValueError):
         super().__init__(f"{prefix}{field_name} = {value!r} is invalid; {valid}")
 
 
+INT_MAX = 2**40  # every count (GPUs, batch, widths) stays far inside the kernels' 64-bit integers
+INT_LIMITS = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "kv_heads": 2**16, "ffn_hidden": 2**22,
+              "vocab": 2**24, "seq_len": 2**24, "experts": 2**16, "top_k": 2**16, "sm_count": 100_000,
+              "gpus_per_node": 100_000, "scale_up_domain": 2**24, "scale_out_leaf_gpus": 2**30,
+              "tp": 2**20, "pp": 2**20, "cp": 2**20, "dp": 2**30, "interleave": 2**16, "micro_batch": 2**24,
+              "shard_group": 2**30, "ep": 2**16, "gpus": 2**30}
+
+
 def _int(d: Mapping, key: str, where: str | None, default=None, minimum: int = 1) -> int:
     value = d.get(key, default)
+    maximum = INT_LIMITS.get(key, INT_MAX)
     if value is None:
         raise SpecError(key, value, "it is required (an integer)", where)
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise SpecError(key, value, f"expected an integer >= {minimum}", where)
-    if value < minimum:
-        raise SpecError(key, value, f"expected an integer >= {minimum}", where)
+            raise SpecError(key, value, f"expected an integer in [{minimum}, {maximum}]", where)
+    if not minimum <= value <= maximum:
+        raise SpecError(key, value, f"expected an integer in [{minimum}, {maximum}]", where)
     return value
 
 
@@ -269,6 +278,16 @@ class SystemSpec:
         "scale_out_leaf_gpus", "scale_out_oversubscription", "scale_out_hop_latency_s",
     )
     # optional fields and their defaults (an entry without them loads unchanged)
+    # plausible ranges, so that a unit slip (TFLOP/s for FLOP/s, Gb/s for GB/s by 1e3) is an error
+    RANGES = {
+        "peak_flops_bf16": (1e12, 1e17, "FLOP/s per GPU (a value under 1e12 looks like TFLOP/s)"),
+        "peak_flops_fp8": (1e12, 1e17, "FLOP/s per GPU (a value under 1e12 looks like TFLOP/s)"),
+        "hbm_capacity_GiB": (0.5, 1e5, "GiB"), "hbm_bandwidth_GBps": (1.0, 1e6, "GB/s"),
+        "tdp_W": (1.0, 1e5, "W"), "idle_W": (0.0, 1e5, "W"), "node_overhead_W": (0.0, 1e7, "W"),
+        "scale_up_GBps_per_gpu": (1e-6, 1e6, "GB/s"), "scale_out_GBps_per_gpu": (1e-6, 1e6, "GB/s"),
+        "scale_up_latency_s": (0.0, 10.0, "seconds"), "scale_out_latency_s": (0.0, 10.0, "seconds"),
+        "scale_out_oversubscription": (1.0, 1e3, "a ratio"), "scale_out_hop_latency_s": (0.0, 1.0, "seconds"),
+    }
     OPTIONAL_DEFAULTS = {"node_overhead_W": 0.0, "scale_out_leaf_gpus": 0, "scale_out_oversubscription": 1.0,
                          "scale_out_hop_latency_s": 0.0}
 
@@ -321,10 +340,10 @@ class SystemSpec:
                 kwargs[key] = _float(values, key, where, default=cls.OPTIONAL_DEFAULTS[key])
             else:
                 kwargs[key] = _float(values, key, where)
-        for key in ("peak_flops_bf16", "hbm_bandwidth_GBps", "hbm_capacity_GiB", "scale_up_GBps_per_gpu",
-                    "scale_out_GBps_per_gpu", "tdp_W"):
-            if kwargs[key] <= 0:
-                raise SpecError(key, kwargs[key], "expected a number > 0", where)
+        for key, (lo, hi, unit) in cls.RANGES.items():
+            value = kwargs[key]
+            if value is not None and not lo <= value <= hi:
+                raise SpecError(key, value, f"expected {unit} in [{lo:g}, {hi:g}]", where)
         if kwargs["idle_W"] > kwargs["tdp_W"]:
             raise SpecError("idle_W", kwargs["idle_W"], f"must not exceed tdp_W = {kwargs['tdp_W']}", where)
         leaf = kwargs["scale_out_leaf_gpus"]

@@ -165,7 +165,6 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     domain = int(system[S_SCALE_UP_DOMAIN])
     eff = calib[C_NET_EFF]
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
-    bw_out, lat_out = system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT]
     msg = BYTES * m * h
     bw_t, lat_t = out_link(system, itp, 1)
     if sp:
@@ -263,9 +262,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # backward issues twice the forward's kernels, and the recomputed forward's too); what the GPU
     # work does not cover is idle time, counted with the element-wise work (not as HBM traffic)
     host = calib[C_LAYER_HOST_S]
-    fwd_idle = max(0.0, host - (fwd_gemm + fwd_elem + tp_fwd + ep_fwd))
+    fwd_idle = max(0.0, host - (fwd_gemm + fwd_elem + tp_fwd + ep_fwd + cp_fwd))
     bwd_host = (3.0 if rc == RC_FULL else 2.0) * host
-    bwd_idle = max(0.0, bwd_host - (bwd_gemm + bwd_elem + tp_bwd + ep_bwd + recomp + recomp_tp))
+    bwd_idle = max(0.0, bwd_host - (bwd_gemm + bwd_elem + tp_bwd + ep_bwd + recomp + recomp_tp
+                                    + cp_exposed - cp_fwd))
 
     out[L_FWD_GEMM] = fwd_gemm
     out[L_FWD_ELEM] = fwd_elem + fwd_idle

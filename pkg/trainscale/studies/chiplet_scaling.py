@@ -26,7 +26,6 @@ import xarray as xr
 from .. import chiplet as C
 from ..checks import check_int
 from ..io import provenance
-from ..kernels import chiplet as K
 from ..specs import SpecError, resolve_model
 
 __all__ = ["chiplet_scaling"]
@@ -78,34 +77,33 @@ def chiplet_scaling(model: str = "llama2-70b", chiplets: Sequence[str] = ("hecat
     for shape, s in zip(shapes, sides):
         C.check_attention_local(shape, s)
 
-    models = np.stack([C.model_vector(shape) for shape in shapes])
-    codes = np.array([C.SCHEME_CODES[s] for s in C.SCHEMES], dtype=np.int64)
     side_arr = np.asarray(sides, dtype=np.int64)
-    costs = np.stack([K.step_costs_grid(codes, side_arr, models, hw.hardware_vector()) for hw in hws])
+    grids = [C.step_costs_grid(side_arr, shapes, hw) for hw in hws]
+    costs = {name: np.stack([g[name] for g in grids]) for name in C.COST_FIELDS}
 
     dims = ("chiplet", "scheme", "side")
     data = {}
-    for name, idx in C.COST_FIELDS.items():
+    for name in C.COST_FIELDS:
         units, long_name = _META[name]
-        data[name] = (dims, costs[..., idx], {"units": units, "long_name": long_name})
+        data[name] = (dims, costs[name], {"units": units, "long_name": long_name})
     n_chiplets = side_arr**2
-    step = costs[..., K.S_STEP]
-    flops_total = costs[..., K.S_FLOPS] * n_chiplets
+    step = costs["step_s"]
+    flops_total = costs["flops_per_chiplet"] * n_chiplets
     peak = np.array([hw.peak_flops for hw in hws])[:, None, None]
-    data["compute_comm_ratio"] = (dims, costs[..., K.S_COMPUTE] / costs[..., K.S_COMM],
+    data["compute_comm_ratio"] = (dims, costs["compute_s"] / costs["comm_s"],
                                   {"units": "1", "long_name": "compute / communication time"})
     data["tokens_per_s"] = (dims, tokens / step, {"units": "tokens/s", "long_name": "throughput"})
     data["flops_per_s"] = (dims, flops_total / step,
                            {"units": "FLOP/s", "long_name": "achieved FLOP rate, whole mesh"})
     data["flops_utilisation"] = (dims, flops_total / step / (peak * n_chiplets),
                                  {"units": "1", "long_name": "achieved / peak FLOP/s"})
-    data["energy_per_flop_J"] = (dims, costs[..., K.S_E_TOTAL] / flops_total,
+    data["energy_per_flop_J"] = (dims, costs["energy_J"] / flops_total,
                                  {"units": "J/FLOP", "long_name": "energy per FLOP of the step"})
     one_d = C.SCHEMES.index("1d-tp")
     two_d = C.SCHEMES.index("2d")
     data["speedup_2d"] = (("chiplet", "side"), step[:, one_d] / step[:, two_d],
                           {"units": "1", "long_name": "step time 1D TP / step time 2D"})
-    energy = costs[..., K.S_E_TOTAL]
+    energy = costs["energy_J"]
     data["energy_reduction_2d"] = (("chiplet", "side"), energy[:, one_d] / energy[:, two_d],
                                    {"units": "1", "long_name": "energy per step 1D TP / 2D"})
     data["hidden"] = (("side",), np.array([s["hidden"] for s in shapes]),

@@ -20,7 +20,6 @@ import xarray as xr
 
 from .. import perfmodel
 from ..io import provenance
-from ..kernels.collectives import allreduce_time
 from ..specs import RECOMPUTE_MODES, SpecError, resolve_model, resolve_system
 
 STRATEGIES = ("fsdp", "hsdp", "tp-pp")
@@ -122,14 +121,10 @@ def allreduce_busbw(systems: Sequence[str], nodes: Sequence[int], message_bytes:
     busbw = np.full((len(systems), len(nodes), len(message_bytes)), np.nan)
     for i, name in enumerate(systems):
         system = resolve_system(name)
-        calib = perfmodel.calibration_vector(system.generation)
-        eff = calib[perfmodel.K.C_NET_EFF]
         for j, n_nodes in enumerate(nodes):
             n = int(n_nodes) * system.gpus_per_node
             for k, size in enumerate(message_bytes):
-                t = allreduce_time(float(size), n, 1, system.scale_up_domain,
-                                   system.scale_up_GBps_per_gpu * 1e9, system.scale_up_latency_s,
-                                   system.scale_out_GBps_per_gpu * 1e9, system.scale_out_latency_s, eff)
+                t = perfmodel.collective_time_s(system, "allreduce", float(size), n)
                 busbw[i, j, k] = 2.0 * (n - 1) / n * size / t / 1e9
     ds = xr.Dataset(
         {"busbw_GBps": (("system", "nodes", "message_bytes"), busbw,
@@ -149,41 +144,13 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 def pipeline_stage_times(model, system, pp: int, tp: int = 8, interleave: int = 1, micro_batch: int = 1,
                          recompute: str = "full", flash_attention: bool = False) -> dict:
-    """Per-virtual-stage forward, backward (input gradient), weight-gradient times and activation
-    bytes of one micro-batch, from the performance model (dp = 1, the pipeline alone).
-
-    The weight-gradient share of a layer's backward is its weight GEMMs' half of the backward GEMM
-    time (the attention core has no weights), which is what ZB-H1 may defer; the other schedules
-    run backward as one pass (``bwd + wgrad``).
-    """
-    from ..kernels import layout as K
-    from ..kernels.plan import chunk_layers, layer_costs
+    """Per-virtual-stage times of the pipeline alone (dp = 1) for the schedules study, from
+    :func:`trainscale.perfmodel.pipeline_stage_times`."""
     from ..specs import PlanSpec
 
-    model, system = resolve_model(model), resolve_system(system)
     plan = PlanSpec(tp=tp, pp=pp, dp=1, interleave=interleave, micro_batch=micro_batch, global_batch=micro_batch * pp,
                     recompute=recompute, sequence_parallel=tp > 1, flash_attention=flash_attention)
-    plan.check_against(model)
-    calib = perfmodel.calibration_vector(system.generation)
-    out = perfmodel.plan_vector(model, system, plan, calib)
-    lc = np.empty(K.L_SIZE)
-    layer_costs(perfmodel.model_vector(model), perfmodel.system_vector(system), calib, tp, 1, micro_batch,
-                RECOMPUTE_MODES.index(recompute), tp > 1, flash_attention, lc)
-    tokens, h, s = micro_batch * model.seq_len, model.hidden, model.seq_len
-    kv = model.kv_heads * model.head_dim
-    weight_flops = 2 * tokens * h * (h + 2 * kv) + 2 * tokens * h * h + 2 * model.ffn_matrices * tokens * h * model.ffn_hidden
-    attention_flops = 4 * micro_batch * s * s * h
-    wgrad_layer = 0.5 * lc[K.L_BWD_GEMM] * weight_flops / (weight_flops + attention_flops)
-    layers = chunk_layers(model.layers, pp, interleave).ravel().astype(float)
-    fwd = layers * out[K.O_LAYER_FWD]
-    bwd = layers * (out[K.O_LAYER_BWD] - wgrad_layer)
-    wgrad = layers * wgrad_layer
-    fwd[-1] += out[K.O_HEAD_FWD]
-    bwd[-1] += out[K.O_HEAD_BWD]
-    act = layers * lc[K.L_ACT_BYTES]
-    act[-1] += lc[K.L_HEAD_BYTES]
-    return {"fwd": fwd, "bwd": bwd, "wgrad": wgrad, "send": np.full(pp * interleave - 1, out[K.O_P2P]),
-            "act_bytes": act}
+    return perfmodel.pipeline_stage_times(model, system, plan)
 
 
 def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp: int = 8, interleave: int = 2,

@@ -22,7 +22,6 @@ import xarray as xr
 from .. import inference
 from ..checks import check_float, check_floats, check_int
 from ..io import provenance
-from ..kernels import inference as K
 from ..specs import SpecError, resolve_model, resolve_system
 
 __all__ = ["inference_overlap"]
@@ -74,12 +73,13 @@ def inference_overlap(*, model: str = "llama2-70b",
     sweep_s = check_int("sweep_prompt_tokens", sweep_prompt_tokens, 1)
 
     ns, nt, npr, nr = len(specs), len(tp_list), len(prompts), len(ratios)
-    grid = np.empty((ns, nt, npr, nr, K.P_SIZE))
+    grid = {name: np.empty((ns, nt, npr, nr)) for name in inference.PREFILL_FIELDS}
     decode = np.empty((ns, nt, npr, 2))
     fits = np.zeros((ns, nt, npr), dtype=bool)
     sweep = np.empty((ns, len(bws), 4))
     for i, spec in enumerate(specs):
-        grid[i] = inference.prefill_grid(model_spec, spec, tp_list, prompts, ratios, b, slow)
+        for name, values in inference.prefill_table(model_spec, spec, tp_list, prompts, ratios, b, slow).items():
+            grid[name][i] = values
         for j, t in enumerate(tp_list):
             for k, s in enumerate(prompts):
                 d = inference.decode(model_spec, spec, t, s, b)
@@ -87,16 +87,17 @@ def inference_overlap(*, model: str = "llama2-70b",
                 fits[i, j, k] = inference.memory_fits(model_spec, spec, t, s + 1, b)
         for w, bw in enumerate(bws):
             varied = resolve_system({"name": spec.name, "scale_up_GBps_per_gpu": bw})
-            g = inference.prefill_grid(model_spec, varied, [sweep_tp], [sweep_s], ratios, b, slow)[0, 0]
-            times = g[:, K.P_TIME]
-            sweep[i, w] = 1.0 - times.min() / times[0], g[0, K.P_COMM] / g[0, K.P_COMPUTE], times[0], times.min()
+            g = {k: v[0, 0] for k, v in inference.prefill_table(model_spec, varied, [sweep_tp], [sweep_s], ratios, b,
+                                                                 slow).items()}
+            times = g["time_s"]
+            sweep[i, w] = 1.0 - times.min() / times[0], g["comm_s"][0] / g["compute_s"][0], times[0], times.min()
 
-    times = grid[..., K.P_TIME]
+    times = grid["time_s"]
     serial = times[..., 0]
     best_idx = times.argmin(axis=-1)
     iso = np.take_along_axis(times, best_idx[..., None], axis=-1)[..., 0]
-    compute = grid[..., 0, K.P_COMPUTE]
-    comm = grid[..., 0, K.P_COMM]
+    compute = grid["compute_s"][..., 0]
+    comm = grid["comm_s"][..., 0]
 
     dims3 = ("system", "tp", "prompt_tokens")
 

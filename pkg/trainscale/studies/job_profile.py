@@ -18,7 +18,6 @@ import xarray as xr
 from .. import jobprofile as J
 from ..checks import check_choice, check_float, check_int
 from ..io import provenance
-from ..kernels import jobprofile as JK
 from ..specs import SpecError, resolve_system
 
 __all__ = ["decomposition", "overheads", "finetuning"]
@@ -99,7 +98,6 @@ def overheads(model, system, gpus: int, micro_batch: int, workers: Sequence[int]
         raise SpecError("bytes_per_sample", bytes_per_sample, "expected a non-empty list of sizes > 0")
     mbs = _ints("micro_batches", micro_batches, 1)
     sys_ = resolve_system(system)
-    hv = J.host(sys_)
     decode = J.coefficients("loader")["decode_MBps_per_worker"] if decode_MBps_per_worker is None else \
         check_float("decode_MBps_per_worker", decode_MBps_per_worker, 0.0, open_min=True)
     # the GPU's own step at this micro-batch (compute, all-reduce, optimizer; launch and
@@ -107,11 +105,7 @@ def overheads(model, system, gpus: int, micro_batch: int, workers: Sequence[int]
     base = J.profile(model, system, gpus, micro_batch, bytes_per_sample=sizes[0], seq_len=seq_len)
     c = base.components
     gpu_step = c["compute"] + c["all_reduce"] + c["optimizer"]
-    bws = np.array([hv["pcie_pinned_GBps"], hv["pcie_pageable_GBps"]]) * 1e9
-    load = np.zeros((2, len(workers), len(sizes)))
-    copy = np.zeros_like(load)
-    JK.data_loading_grid(float(micro_batch), np.asarray(workers, dtype=np.int64), np.asarray(sizes), bws,
-                         decode * 1e6, hv["host_cores"] / gpus, gpus, hv["gpus_per_pcie_switch"], gpu_step, load, copy)
+    load, copy = J.data_loading_grid(sys_, gpus, micro_batch, workers, sizes, decode, gpu_step)
     other = c["launch"] + c["synchronisation"]
     step = gpu_step + other + copy + load
     launch = np.zeros(len(mbs))

@@ -24,8 +24,6 @@ from .. import overlap as ov
 from .. import perfmodel
 from ..checks import check_choice, check_floats, check_int
 from ..io import provenance
-from ..kernels import layout as K
-from ..kernels.collectives import allgather_time
 from ..specs import (
     RECOMPUTE_MODES,
     PlanSpec,
@@ -206,7 +204,6 @@ def message_size_sweep(model: str, systems: Sequence[str], precisions: Sequence[
         system = resolve_system(name)
         run = RunSpec(id=name, model=model_spec, system=system, plan=plan)
         run.plan.check_against(model_spec)
-        calib = perfmodel.calibration_vector(system.generation)
         profile = ov.collective_profile(run)
         n = int(gpus)
         for k, precision in enumerate(precisions):
@@ -217,9 +214,7 @@ def message_size_sweep(model: str, systems: Sequence[str], precisions: Sequence[
             alone = perfmodel.predict(seq)
             base = alone.breakdown["compute"] + alone.breakdown["recompute"]
             for s, size in enumerate(sizes):
-                t = allgather_time(size, n, 1, system.scale_up_domain, system.scale_up_GBps_per_gpu * 1e9,
-                                   system.scale_up_latency_s, system.scale_out_GBps_per_gpu * 1e9,
-                                   system.scale_out_latency_s, calib[K.C_NET_EFF])
+                t = perfmodel.collective_time_s(system, "allgather", size, n)
                 wire = (n - 1) / n * size / t
                 cont = ov.contention(psys, size, wire, profile["hbm_bytes_per_wire_byte"])
                 busy = perfmodel.predict(RunSpec(id=name, model=model_spec, plan=seq.plan,

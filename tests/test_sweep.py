@@ -1,6 +1,8 @@
 """Sweeps that split: chunked evaluation equals the unsplit one; zarr for large results; the
 workflow's sweep rules (plan sweep and papermill sweep) in quick mode."""
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -106,6 +108,27 @@ def test_workflow_notebook_sweep_stacks_parameter_sets(quick_sweeps):
         assert f'"global_batch_tokens": {overrides["global_batch_tokens"]}' in alone.attrs["parameters"]
         executed = quick_sweeps / "notebooks" / f"hardware-scaling-batch-set-{i}.ipynb"
         assert executed.exists()
+    # the swept value is a coordinate: select and plot against it
+    assert combined["global_batch_tokens"].values.tolist() == [o["global_batch_tokens"] for o in entry["quick"]]
     # a bigger global batch keeps the GPUs busier: per-GPU throughput at the largest count rises
     per_gpu = combined["tokens_per_s_per_gpu"].sel(strategy="fsdp").isel(gpus=-1)
     assert (per_gpu.isel(parameter_set=-1) >= per_gpu.isel(parameter_set=0)).all()
+
+
+def test_combine_puts_swept_parameters_on_coordinates(tmp_path):
+    paths = []
+    for i, (batch, systems) in enumerate([(1024, ["a"]), (2048, ["a", "b"])]):
+        ds = xr.Dataset({"tokens_per_s": ("gpus", np.array([1.0, 2.0]) * (i + 1), {"units": "tokens/s",
+                                                                                    "long_name": "throughput"})},
+                        coords={"gpus": [8, 16]})
+        ds.attrs["parameters"] = json.dumps({"global_batch": batch, "systems": systems, "gpus": [8, 16],
+                                             "seed": 0})
+        paths.append(tsio.write_dataset(ds, tmp_path / f"set-{i}.nc"))
+    combined = sweep.combine(paths, "parameter_set", ["0", "1"])
+    assert combined["global_batch"].dims == ("parameter_set",)
+    assert combined["global_batch"].values.tolist() == [1024, 2048]
+    assert combined["systems"].values.tolist() == ['["a"]', '["a", "b"]']  # lists as their JSON text
+    assert "seed" not in combined.coords and "swept_gpus" not in combined.coords  # not swept
+    by_batch = combined.swap_dims(parameter_set="global_batch")
+    np.testing.assert_array_equal(by_batch["tokens_per_s"].sel(global_batch=2048).values, [2.0, 4.0])
+    assert sweep.swept_parameters([{"gpus": 1}, {"gpus": 2}]) == {"gpus": [1, 2]}

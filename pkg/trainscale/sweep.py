@@ -183,15 +183,36 @@ def read(path: str | Path) -> xr.Dataset:
     return read_dataset(path)
 
 
+def swept_parameters(parameter_sets: Sequence[Mapping]) -> dict[str, list]:
+    """The parameters whose values differ between the parameter sets, with one value per set
+    (a list or mapping value as its JSON text, so that every coordinate is a plain array)."""
+    keys = sorted({k for ps in parameter_sets for k in ps})
+    swept = {}
+    for key in keys:
+        values = [ps.get(key) for ps in parameter_sets]
+        texts = [json.dumps(v, sort_keys=True) for v in values]
+        if len(set(texts)) > 1:
+            scalar = all(isinstance(v, (int, float, str, bool)) for v in values)
+            swept[key] = values if scalar else texts
+    return swept
+
+
 def combine(paths: Sequence[str | Path], dim: str, labels: Sequence[str]) -> xr.Dataset:
-    """Stack the datasets of a papermill sweep (one per parameter set) along a new dimension."""
+    """Stack the datasets of a papermill sweep (one per parameter set) along ``dim``; each swept
+    parameter becomes a coordinate along it (named after the parameter, ``swept_<name>`` where that
+    name is taken), so ``ds.swap_dims({dim: name}).sel(name=value)`` and plots against it work."""
     if len(paths) != len(labels):
         raise SpecError("labels", list(labels), f"expected one label per dataset ({len(paths)})")
     parts = [read_dataset(p) for p in paths]
+    parameters = [json.loads(part.attrs.get("parameters") or "{}") for part in parts]
     attrs = {f"{dim}_{label}": part.attrs.get("parameters", "") for label, part in zip(labels, parts)}
     for part in parts:
         part.attrs.clear()
     ds = xr.concat(parts, dim=dim, join="outer").assign_coords({dim: list(labels)})
+    for key, values in swept_parameters(parameters).items():
+        name = key if key not in ds.variables and key not in ds.dims else f"swept_{key}"
+        ds = ds.assign_coords({name: (dim, np.asarray(values))})
+        ds[name].attrs.update({"units": "as the notebook parameter", "long_name": f"swept notebook parameter {key}"})
     ds.attrs.update(attrs)
     return ds
 

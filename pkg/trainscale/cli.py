@@ -461,10 +461,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error in the CLI's one-line format (exit 2), without the
+    usage block: ``trainscale <command>: error: <what is wrong>`` (``--help`` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
     p = sub.add_parser("predict", help="predict step time, throughput, MFU, memory and energy of runs")
     p.add_argument("runs", metavar="RUNS.yaml", help="one run (a mapping) or 'runs:' with a list of runs")

@@ -77,8 +77,8 @@ out = np.empty((idx.shape[0], K.O_SIZE))
 lc = np.empty(K.L_SIZE)
 start = time.perf_counter()
 for row, ix in enumerate(idx):
-    tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, fl, pt = (a[i] for a, i in zip(axes, ix))
-    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp != 0, fl != 0, lc)
+    tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, fl, pt, tpo = (a[i] for a, i in zip(axes, ix))
+    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp != 0, fl != 0, lc, 1, tpo != 0)
     grid_plan_costs(mvec, svec, calib, lc, gpus, gb, tp, pp, cp, v, mb, rc, zero, shard, ovl != 0, pt != 0,
                     out[row])
 elapsed = time.perf_counter() - start
@@ -100,8 +100,10 @@ def bench_sweep_spec() -> dict:
     """The grid benchmark's space (>= 5 million plans) as a chunked sweep."""
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
+    # tp_comm_overlap is not in the config schema's sweep space yet (closing note): the default
+    # space without it, still >= 5 million plans
     return {"model": MODEL, "systems": [SYSTEM], "gpus": [GPUS], "global_batch": GLOBAL_BATCH, "chunks": 4,
-            "space": {k: list(v) for k, v in space.items()}}
+            "space": {k: list(v) for k, v in space.items() if k != "tp_comm_overlap"}}
 
 
 def sweep_section(failures: list) -> None:

@@ -1,0 +1,245 @@
+"""Paper-vs-ours comparison records: one row per claim a study checks against its paper.
+
+Every study module has a ``compare(folder)`` function that reads the study's *saved datasets* (the
+committed full-mode ones in ``figures/<study>/``, or any run's output folder) and returns a list of
+:class:`Record`. The study's notebook writes them to ``<folder>/comparison.csv``; ``trainscale verify``
+(``make verify``) recomputes them from the committed datasets and fails when the committed records no
+longer follow from the data; ``trainscale gallery`` builds the README's comparison table from them.
+
+The verdict is not chosen by the study: :func:`numeric` derives it from the two numbers with one rule for
+every study,
+
+* **reproduced** -- our value is within ``rel_tol`` (default 25%) of the paper's, in the paper's setting;
+* **partly** -- the effect points the paper's way (same side of ``neutral``, e.g. a speed-up above 1) but
+  its size is outside the tolerance, or the numbers agree but only in a setting that differs from the
+  paper's (``same_setting=False``);
+* **not reproduced** -- the effect is absent or reversed, or our value is not finite.
+
+A study states the paper's setting and ours in words, and, where a free analysis choice (a target loss,
+a reference size, a threshold) is not fixed by the paper, the range of our value over the swept choice
+(``free_parameter``, ``our_low``, ``our_high``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Sequence
+
+__all__ = ["Record", "numeric", "write_records", "read_records", "records_table", "counts",
+           "VERDICTS", "DEFAULT_REL_TOL", "RECORDS_FILE", "diff_records"]
+
+VERDICTS = ("reproduced", "partly", "not reproduced")
+DEFAULT_REL_TOL = 0.25
+RECORDS_FILE = "comparison.csv"
+# Records recomputed on another machine may differ in the last bits (Numba, LLVM and BLAS do not
+# promise bitwise equal floats across CPUs): values are compared with this relative tolerance.
+VERIFY_RTOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Record:
+    """One claim of a paper and what this project finds for it."""
+
+    study: str
+    quantity: str
+    units: str
+    paper_value: float
+    paper_setting: str
+    our_value: float
+    our_setting: str
+    same_setting: bool
+    rel_tol: float
+    neutral: float
+    verdict: str
+    reason: str
+    free_parameter: str = ""
+    our_low: float = math.nan
+    our_high: float = math.nan
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict: {self.verdict!r} is not one of {', '.join(VERDICTS)}")
+
+
+def _side(value: float, neutral: float) -> int:
+    return (value > neutral) - (value < neutral)
+
+
+def judge(paper_value: float, our_value: float, *, rel_tol: float = DEFAULT_REL_TOL,
+          neutral: float = math.nan, same_setting: bool = True) -> tuple[str, str]:
+    """(verdict, why) for one numeric claim; the rule of the module docstring."""
+    if not math.isfinite(our_value):
+        return "not reproduced", "our value is not finite (the effect is not reached)"
+    gap = (our_value - paper_value) / abs(paper_value) if paper_value else math.inf
+    within = abs(our_value - paper_value) <= rel_tol * abs(paper_value)
+    same_way = (math.isfinite(neutral) and _side(our_value, neutral) != 0
+                and _side(our_value, neutral) == _side(paper_value, neutral))
+    if within and same_setting:
+        return "reproduced", f"within {rel_tol:.0%} of the paper ({gap:+.0%})"
+    if within:
+        return "partly", f"within {rel_tol:.0%} of the paper ({gap:+.0%}), but in a different setting"
+    if same_way:
+        return "partly", f"the effect has the paper's direction, but differs by {gap:+.0%}"
+    if math.isfinite(neutral):
+        return "not reproduced", (f"the effect is absent or reversed (ours {our_value:.3g}, paper "
+                                  f"{paper_value:.3g}, no effect at {neutral:g})")
+    return "not reproduced", f"differs from the paper by {gap:+.0%} (tolerance {rel_tol:.0%})"
+
+
+def numeric(study: str, quantity: str, units: str, *, paper_value: float, paper_setting: str,
+            our_value: float, our_setting: str, same_setting: bool = True,
+            rel_tol: float = DEFAULT_REL_TOL, neutral: float = math.nan, note: str = "",
+            free_parameter: str = "", sweep: Iterable[float] = ()) -> Record:
+    """A record whose verdict follows from the numbers (see :func:`judge`).
+
+    ``note`` is appended to the automatic reason (the study's explanation of a gap); ``sweep`` is our
+    value over the free analysis choice named in ``free_parameter`` (its min and max are recorded).
+    """
+    our_value = float(our_value)
+    verdict, why = judge(float(paper_value), our_value, rel_tol=rel_tol, neutral=neutral,
+                         same_setting=same_setting)
+    values = [float(v) for v in sweep if math.isfinite(float(v))]
+    low, high = (min(values), max(values)) if values else (math.nan, math.nan)
+    if free_parameter and not values:
+        raise ValueError(f"sweep: free parameter {free_parameter!r} needs our values over its range")
+    reason = why + (f"; {note}" if note else "")
+    return Record(study, quantity, units, float(paper_value), paper_setting, our_value, our_setting,
+                  bool(same_setting), float(rel_tol), float(neutral), verdict, reason, free_parameter,
+                  low, high)
+
+
+_FIELDS = [f.name for f in fields(Record)]
+_FLOATS = {"paper_value", "our_value", "rel_tol", "neutral", "our_low", "our_high"}
+
+
+def _format(name: str, value) -> str:
+    if name in _FLOATS:
+        return "" if not math.isfinite(value) else repr(float(value))
+    if name == "same_setting":
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _parse(name: str, text: str, where: str):
+    if name in _FLOATS:
+        try:
+            return float(text) if text != "" else math.nan
+        except ValueError:
+            raise ValueError(f"{where}: column {name}: {text!r} is not a number") from None
+    if name == "same_setting":
+        if text not in ("yes", "no"):
+            raise ValueError(f"{where}: column same_setting: {text!r} is not yes or no")
+        return text == "yes"
+    return text
+
+
+def write_records(records: Sequence[Record], path: str | os.PathLike) -> Path:
+    """Write records as CSV (temporary name, then moved into place); returns the path."""
+    path = Path(path)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(_FIELDS)
+    for record in records:
+        row = asdict(record)
+        writer.writerow([_format(name, row[name]) for name in _FIELDS])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(buffer.getvalue(), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_records(path: str | os.PathLike) -> list[Record]:
+    """Records from a comparison CSV; a malformed file raises ValueError naming the row and column."""
+    path = Path(path)
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    if not rows or rows[0] != _FIELDS:
+        raise ValueError(f"{path}: header must be {','.join(_FIELDS)}")
+    records = []
+    for number, row in enumerate(rows[1:], start=2):
+        where = f"{path}, row {number}"
+        if len(row) != len(_FIELDS):
+            raise ValueError(f"{where}: {len(row)} columns, expected {len(_FIELDS)}")
+        values = {name: _parse(name, text, where) for name, text in zip(_FIELDS, row)}
+        try:
+            records.append(Record(**values))
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    return records
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=VERIFY_RTOL, abs_tol=1e-12)
+
+
+def diff_records(expected: Sequence[Record], found: Sequence[Record]) -> list[str]:
+    """What differs between committed records (``found``) and records recomputed from the data
+    (``expected``): one line per difference; empty when they agree."""
+    problems = []
+    exp = {r.quantity: r for r in expected}
+    got = {r.quantity: r for r in found}
+    for quantity in exp.keys() - got.keys():
+        problems.append(f"{quantity!r}: missing from the committed records")
+    for quantity in got.keys() - exp.keys():
+        problems.append(f"{quantity!r}: committed but no longer computed")
+    for quantity in exp.keys() & got.keys():
+        a, b = exp[quantity], got[quantity]
+        for name in _FIELDS:
+            x, y = getattr(a, name), getattr(b, name)
+            same = _close(x, y) if name in _FLOATS else x == y
+            if not same:
+                problems.append(f"{quantity!r}: {name} is {y!r} in the committed records, "
+                                f"{x!r} from the datasets")
+    return sorted(problems)
+
+
+def counts(records: Iterable[Record]) -> dict[str, int]:
+    """How many records have each verdict."""
+    out = dict.fromkeys(VERDICTS, 0)
+    for record in records:
+        out[record.verdict] += 1
+    return out
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        return "–"
+    return f"{value:.3g}"
+
+
+def records_table(records: Sequence[Record]) -> str:
+    """A Markdown table of records (the README's gallery table)."""
+    lines = ["| study | quantity | paper | ours | over free choice | same setting | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in records:
+        units = f" {r.units}" if r.units else ""
+        free = (f"{_number(r.our_low)}–{_number(r.our_high)} ({r.free_parameter})"
+                if r.free_parameter else "fixed by the paper")
+        lines.append(f"| {r.study} | {r.quantity} | {_number(r.paper_value)}{units} | "
+                     f"{_number(r.our_value)}{units} | {free} | {'yes' if r.same_setting else 'no'} | "
+                     f"**{r.verdict}**: {r.reason} |")
+    return "\n".join(lines)
+
+
+def report(records: Sequence[Record]) -> str:
+    """Plain-text lines for a notebook or a terminal: one claim per line, then the verdict counts."""
+    lines = []
+    for r in records:
+        units = f" {r.units}" if r.units else ""
+        free = (f"; over {r.free_parameter}: {_number(r.our_low)}–{_number(r.our_high)}"
+                if r.free_parameter else "")
+        same = "" if r.same_setting else " [different setting]"
+        lines.append(f"{r.quantity}: paper {_number(r.paper_value)}{units} ({r.paper_setting}); "
+                     f"ours {_number(r.our_value)}{units} ({r.our_setting}){same}{free} -> "
+                     f"{r.verdict.upper()}: {r.reason}")
+    tally = counts(records)
+    lines.append(", ".join(f"{n} {v}" for v, n in tally.items()))
+    return "\n".join(lines)

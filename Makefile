@@ -6,6 +6,8 @@
 #   make figures        run every study (workflow/Snakefile) in full mode
 #   make figures-quick  the same with small grids (what CI runs)
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
+#   make verify         check every study's paper comparison on the committed datasets (seconds)
+#   make gallery        rewrite the README's paper-vs-ours table from figures/*/comparison.csv
 #   make bench          speed and accuracy benchmarks
 #   make lab            JupyterLab on notebooks/ (installs requirements-lab.txt)
 #   make lint           snakemake --lint and snakefmt --check on the workflow
@@ -22,11 +24,11 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
 export PATH := $(VENV_BIN):$(PATH)
 
-.PHONY: all setup test test-all figures figures-quick sweeps bench lab lint clean help
+.PHONY: all setup test test-all figures figures-quick sweeps verify gallery bench lab lint clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '3,13p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,15p' $(firstword $(MAKEFILE_LIST))
 
 all: test
 
@@ -62,6 +64,12 @@ figures-quick: $(STAMP)
 
 sweeps: $(STAMP)
 	MPLBACKEND=Agg $(VENV)/bin/snakemake sweeps --cores all --snakefile workflow/Snakefile
+
+verify: $(STAMP)
+	$(VENV)/bin/trainscale verify
+
+gallery: $(STAMP)
+	$(VENV)/bin/trainscale gallery --write README.md
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -450,6 +450,72 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    from . import verify
+
+    _require_file(args.config, "--config")
+    try:
+        checks = verify.verify(args.figures, args.config, args.study)
+    except ValueError as err:
+        raise CLIError(str(err)) from None
+    failed = 0
+    for check in checks:
+        if check.ok:
+            tally = comparison_counts(check.records)
+            print(f"ok    {check.study}: {len(check.records)} claims ({tally})")
+        else:
+            failed += 1
+            print(f"FAIL  {check.study}:")
+            for problem in check.problems:
+                print(f"        {problem}")
+    print(f"{len(checks) - failed} of {len(checks)} studies' committed comparisons follow from their datasets"
+          f" in {args.figures}/")
+    return 1 if failed else 0
+
+
+def comparison_counts(records) -> str:
+    from . import comparison
+
+    return ", ".join(f"{n} {v}" for v, n in comparison.counts(records).items())
+
+
+def cmd_gallery(args) -> int:
+    from pathlib import Path
+
+    from . import verify
+
+    _require_file(args.config, "--config")
+    try:
+        if not args.write:
+            print(verify.figure_gallery_markdown(args.config))
+            print()
+            print(verify.gallery_markdown(args.figures, args.config))
+            return 0
+        readme = Path(args.write)
+        _require_file(str(readme), "--write")
+        text = verify.update_readme(readme.read_text(encoding="utf-8"), args.figures, args.config)
+    except (FileNotFoundError, ValueError) as err:
+        raise CLIError(f"gallery: {err}") from None
+    tmp = readme.with_name(f".{readme.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, readme)
+    print(f"updated the comparison table in {readme}")
+    return 0
+
+
+def cmd_publish_notebook(args) -> int:
+    from . import publish
+
+    _require_file(args.executed, "EXECUTED")
+    print(f"wrote {publish.publish_notebook(args.executed, args.destination)}")
+    return 0
+
+
+def _require_file(path: str, option: str) -> None:
+    if not os.path.isfile(path):
+        raise CLIError(f"{option}: {path!r} is not a file")
+
+
 # --------------------------------------------------------------------------- parser
 def _positive_int(text: str) -> int:
     try:
@@ -517,6 +583,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", action="store_true", help="write the fitted values into the package data")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("verify", help="check every study's paper comparison on the committed datasets")
+    p.add_argument("--figures", default="figures", help="folder with one folder per study (default: figures)")
+    p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
+    p.add_argument("--study", nargs="+", metavar="STUDY", help="only these studies")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("gallery", help="the README's figure gallery and paper-vs-ours table (from the registry "
+                       "and every study's comparison.csv)")
+    p.add_argument("--figures", default="figures", help="folder with one folder per study (default: figures)")
+    p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
+    p.add_argument("--write", metavar="README", help="replace the two generated blocks (between their markers) in this file")
+    p.set_defaults(func=cmd_gallery)
+
+    p = sub.add_parser("publish-notebook", help="copy an executed notebook without timestamps, for readers")
+    p.add_argument("executed", metavar="EXECUTED", help="the notebook papermill executed")
+    p.add_argument("destination", metavar="DEST", help="where to write the copy (next to its figures)")
+    p.set_defaults(func=cmd_publish_notebook)
 
     p = sub.add_parser("systems", help="list catalog systems")
     p.add_argument("--fields", action="store_true", help="list the fields a run may override, with units")

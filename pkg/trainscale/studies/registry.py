@@ -1,0 +1,140 @@
+"""The study registry: what the workflow, the config check, ``trainscale verify`` and the README gallery
+know about each study, read from the study's own module.
+
+A study is declared by four things: its module ``trainscale.studies.<name_with_underscores>``, its notebook
+``notebooks/<name>.ipynb``, its block in ``config/config.yaml`` (``studies: <name>: {full: ..., quick: ...}``,
+with the parameters' schema under ``$defs/params/<name>`` in ``config/schema.yaml``) and its test. The module
+declares
+
+* ``PAPER``: the short citation of the paper it compares with;
+* ``OUTPUTS``: the files its notebook writes in ``output_dir`` (datasets and figures);
+* ``RESOURCES``: ``mem_mb``, ``runtime_quick_min``, ``runtime_full_min`` (for a SLURM profile);
+* optionally ``INPUT_FOLDER_PARAMETERS``: parameters naming folders whose ``*.csv`` files are inputs;
+* ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.comparison`) from the saved datasets.
+
+From these, ``workflow/rules/studies.smk`` generates one rule per study (outputs: ``OUTPUTS`` plus
+``comparison.csv``), :func:`validate_config` checks each study's parameters against its schema, and
+``trainscale verify`` / ``trainscale gallery`` read the records.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Mapping
+
+from ..comparison import RECORDS_FILE
+
+__all__ = ["StudyInfo", "module_name", "load", "load_all", "validate_config", "ConfigError"]
+
+REQUIRED = ("PAPER", "OUTPUTS", "RESOURCES", "compare")
+RESOURCE_KEYS = ("mem_mb", "runtime_quick_min", "runtime_full_min")
+
+
+class ConfigError(ValueError):
+    """A study's declaration or parameters are invalid; the message is one line naming what and where."""
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    name: str
+    module: ModuleType
+    paper: str
+    outputs: tuple[str, ...]
+    resources: Mapping[str, int]
+    input_folder_parameters: tuple[str, ...]
+
+    @property
+    def notebook(self) -> str:
+        return f"notebooks/{self.name}.ipynb"
+
+    @property
+    def rule(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def compare(self) -> Callable:
+        return self.module.compare
+
+    def all_outputs(self) -> list[str]:
+        """The rule's outputs: the declared files and the comparison record."""
+        return [*self.outputs, RECORDS_FILE]
+
+
+def module_name(study: str) -> str:
+    """'hardware-scaling' -> 'trainscale.studies.hardware_scaling'."""
+    return f"{__package__}.{study.replace('-', '_')}"
+
+
+def load(study: str) -> StudyInfo:
+    """The registry entry of one study, from its module; ConfigError if the module is missing or incomplete."""
+    name = module_name(study)
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:
+            raise
+        raise ConfigError(f"study {study!r}: no module {name} (each study in config/config.yaml needs "
+                          f"pkg/trainscale/studies/{study.replace('-', '_')}.py)") from None
+    missing = [attr for attr in REQUIRED if not hasattr(module, attr)]
+    if missing:
+        raise ConfigError(f"study {study!r}: module {name} lacks {', '.join(missing)} "
+                          f"(see trainscale.studies.registry)")
+    outputs = tuple(module.OUTPUTS)
+    if not outputs or any(not isinstance(o, str) or "/" in o or o == RECORDS_FILE for o in outputs):
+        raise ConfigError(f"study {study!r}: OUTPUTS = {outputs!r} must be file names in output_dir "
+                          f"(not {RECORDS_FILE}, which every study writes)")
+    resources = dict(module.RESOURCES)
+    if sorted(resources) != sorted(RESOURCE_KEYS) or any(
+            not isinstance(v, int) or v < 1 for v in resources.values()):
+        raise ConfigError(f"study {study!r}: RESOURCES = {resources!r} must give positive integers for "
+                          f"{', '.join(RESOURCE_KEYS)}")
+    folders = tuple(getattr(module, "INPUT_FOLDER_PARAMETERS", ()))
+    return StudyInfo(study, module, str(module.PAPER), outputs, resources, folders)
+
+
+def load_all(studies) -> list[StudyInfo]:
+    """Registry entries of the given study names (e.g. ``config["studies"]``), in that order."""
+    return [load(study) for study in studies]
+
+
+def _where(path) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Check every study's full and quick parameters against ``$defs/params/<study>`` of the schema.
+
+    The schema's top level checks the shape (``studies: <name>: {full, quick}``); this adds, per study, the
+    exact parameter check. Raises ConfigError with one line: the study, mode, field, value and what is valid.
+    """
+    from jsonschema import Draft202012Validator
+
+    params = schema.get("$defs", {}).get("params", {})
+    for study, modes in config.get("studies", {}).items():
+        if study not in params:
+            raise ConfigError(f"studies.{study}: config/schema.yaml has no $defs/params/{study} describing "
+                              f"its parameters (known: {', '.join(sorted(params))})")
+        subschema = {"$defs": schema["$defs"], "$ref": f"#/$defs/params/{study}"}
+        validator = Draft202012Validator(subschema)
+        for mode, values in modes.items():
+            errors = sorted(validator.iter_errors(values), key=lambda e: list(e.path))
+            if errors:
+                err = errors[0]
+                field = _where(err.path)
+                message = err.message
+                if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+                    known = sorted(err.schema.get("properties", {}))
+                    unknown = sorted(set(err.instance) - set(known))
+                    field = ".".join(filter(None, [field, unknown[0] if unknown else ""]))
+                    message = f"unknown parameter; valid: {', '.join(known)}"
+                raise ConfigError(f"config: studies.{study}.{mode}.{field or '(parameters)'}: "
+                                  f"{message}")
+
+
+def schema_from_file(path: str | Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))

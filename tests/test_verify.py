@@ -1,0 +1,144 @@
+"""The paper comparisons, judged on the committed full datasets (figures/), and the machinery behind
+`make verify`: the verdict rule, the records' file format, and that altering a dataset is caught."""
+
+import math
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from trainscale import comparison, verify
+from trainscale import io as tsio
+from trainscale.studies import registry
+from conftest import REPO_ROOT
+
+STUDIES = verify.study_names(REPO_ROOT / "config" / "config.yaml")
+
+
+# ----------------------------------------------------------------------------- the verdict rule
+
+@pytest.mark.parametrize("paper, ours, same, verdict", [
+    (7.5, 8.1, True, "reproduced"),         # +8%
+    (7.5, 9.4, True, "partly"),             # +25.3%: the paper's direction (above 1), too large
+    (7.5, 9.3, True, "reproduced"),         # +24%
+    (7.5, 8.1, False, "partly"),            # agrees, but in another setting
+    (7.5, 0.6, True, "not reproduced"),     # reversed (below the no-effect value 1)
+    (7.5, 1.0, True, "not reproduced"),     # no effect
+    (7.5, math.nan, True, "not reproduced"),
+    (0.8, 0.7, True, "reproduced"),         # a slow-down, within tolerance
+    (0.8, 0.3, True, "partly"),             # a slow-down, too strong
+])
+def test_verdict_follows_from_the_numbers(paper, ours, same, verdict):
+    r = comparison.numeric("s", "q", "x", paper_value=paper, paper_setting="p", our_value=ours,
+                           our_setting="o", same_setting=same, neutral=1.0)
+    assert r.verdict == verdict, r.reason
+
+
+def test_without_a_neutral_value_only_the_tolerance_decides():
+    near = comparison.numeric("s", "q", "%", paper_value=35, paper_setting="p", our_value=30, our_setting="o")
+    far = comparison.numeric("s", "q", "%", paper_value=35, paper_setting="p", our_value=20, our_setting="o")
+    assert (near.verdict, far.verdict) == ("reproduced", "not reproduced")
+
+
+def test_free_parameter_needs_its_sweep_and_records_its_range():
+    with pytest.raises(ValueError, match="sweep"):
+        comparison.numeric("s", "q", "x", paper_value=2, paper_setting="p", our_value=2, our_setting="o",
+                           free_parameter="target 0.2-0.5")
+    r = comparison.numeric("s", "q", "x", paper_value=2, paper_setting="p", our_value=2, our_setting="o",
+                           free_parameter="target 0.2-0.5", sweep=[3.0, 1.5, math.nan, 2.0])
+    assert (r.our_low, r.our_high) == (1.5, 3.0)
+
+
+def test_records_round_trip_and_malformed_files_name_row_and_column(tmp_path):
+    records = [comparison.numeric("s", f"q{i}", "x", paper_value=1.0 + i, paper_setting="p, with comma",
+                                  our_value=1.0 / 3 + i, our_setting='o "quoted"', neutral=1.0)
+               for i in range(3)]
+    path = comparison.write_records(records, tmp_path / "comparison.csv")
+    assert comparison.read_records(path) == records
+    assert comparison.diff_records(records, comparison.read_records(path)) == []
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2] + [lines[2].replace("partly", "maybe")]) + "\n")
+    with pytest.raises(ValueError) as err:
+        comparison.read_records(path)
+    assert "row 3" in str(err.value) and "maybe" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_diff_names_a_moved_value_a_moved_verdict_and_a_missing_claim():
+    a = comparison.numeric("s", "speed-up", "x", paper_value=2, paper_setting="p", our_value=2.1,
+                           our_setting="o", neutral=1)
+    b = comparison.numeric("s", "speed-up", "x", paper_value=2, paper_setting="p", our_value=3.0,
+                           our_setting="o", neutral=1)
+    problems = comparison.diff_records([b], [a])
+    assert any("our_value" in p for p in problems) and any("verdict" in p for p in problems)
+    assert comparison.diff_records([a, replace(b, quantity="other")], [a]) == [
+        "'other': missing from the committed records"]
+    # a last-bit difference (another CPU) is not a difference
+    c = replace(a, our_value=a.our_value * (1 + 1e-12))
+    assert comparison.diff_records([c], [a]) == []
+
+
+# ----------------------------------------------------------------------------- the registry
+
+def test_registry_declares_every_study_of_the_config():
+    for info in registry.load_all(STUDIES):
+        assert info.paper and info.outputs and callable(info.compare)
+        assert (REPO_ROOT / info.notebook).is_file()
+
+
+def test_study_parameters_are_checked_with_one_line_naming_the_field():
+    import yaml
+
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    schema = registry.schema_from_file(REPO_ROOT / "config" / "schema.yaml")
+    registry.validate_config(config, schema)
+    config["studies"]["overlap"]["quick"]["no_such_knob"] = 1
+    with pytest.raises(registry.ConfigError) as err:
+        registry.validate_config(config, schema)
+    assert str(err.value).startswith("config: studies.overlap.quick.no_such_knob: unknown parameter")
+    del config["studies"]["overlap"]["quick"]["no_such_knob"]
+    config["studies"]["brand-new"] = {"full": {}, "quick": {}}
+    with pytest.raises(registry.ConfigError, match=r"no \$defs/params/brand-new"):
+        registry.validate_config(config, schema)
+
+
+# ----------------------------------------------------------------------------- the published figures
+
+@pytest.mark.verify
+@pytest.mark.parametrize("study", STUDIES)
+def test_committed_comparison_follows_from_the_committed_datasets(study):
+    check = verify.check_study(study, REPO_ROOT / "figures")
+    assert check.ok, "\n".join(check.problems)
+    assert check.records, f"{study} records no claim"
+
+
+def _perturbed_copy(study, tmp_path):
+    """The study's committed folder, with every float variable of every dataset moved by +-10..40%,
+    differently per element (so ratios move too)."""
+    target = tmp_path / study
+    shutil.copytree(REPO_ROOT / "figures" / study, target, ignore=shutil.ignore_patterns("*.png"))
+    rng = np.random.default_rng(0)
+    for path in sorted(target.glob("*.nc")):
+        ds = tsio.read_dataset(path).load()
+        for name, var in ds.data_vars.items():
+            if np.issubdtype(var.dtype, np.floating):
+                factor = 1.0 + rng.choice([-1, 1], var.shape) * rng.uniform(0.1, 0.4, var.shape)
+                ds[name] = var * factor
+                ds[name].attrs = var.attrs
+        ds.to_netcdf(path, engine="h5netcdf")
+    return target
+
+
+@pytest.mark.verify
+@pytest.mark.parametrize("study", STUDIES)
+def test_an_altered_dataset_fails_verify(study, tmp_path):
+    _perturbed_copy(study, tmp_path)
+    check = verify.check_study(study, tmp_path)
+    assert not check.ok, f"{study}: perturbing every dataset left every committed record unchanged"
+
+
+@pytest.mark.verify
+def test_readme_table_is_generated_from_the_records():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    expected = verify.update_readme(readme, REPO_ROOT / "figures", REPO_ROOT / "config" / "config.yaml")
+    assert expected == readme, "the README's generated gallery or comparison table is stale: run make gallery"

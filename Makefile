@@ -8,6 +8,7 @@
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
 #   make verify         check every study's paper comparison on the committed datasets (seconds)
 #   make gallery        rewrite the README's paper-vs-ours table from figures/*/comparison.csv
+#   make report         one HTML page with every figure and both tables -> results/report.html
 #   make bench          speed and accuracy benchmarks
 #   make lab            JupyterLab on notebooks/ (installs requirements-lab.txt)
 #   make lint           snakemake --lint and snakefmt --check on the workflow
@@ -24,11 +25,11 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
 export PATH := $(VENV_BIN):$(PATH)
 
-.PHONY: all setup test test-all figures figures-quick sweeps verify gallery bench lab lint clean help
+.PHONY: all setup test test-all figures figures-quick sweeps verify gallery report bench lab lint clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '3,15p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,16p' $(firstword $(MAKEFILE_LIST))
 
 all: test
 
@@ -70,6 +71,9 @@ verify: $(STAMP)
 
 gallery: $(STAMP)
 	$(VENV)/bin/trainscale gallery --write README.md
+
+report: $(STAMP)
+	$(VENV)/bin/trainscale report --out results/report.html
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

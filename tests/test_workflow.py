@@ -178,11 +178,22 @@ def test_bad_config_is_rejected_naming_the_field(tmp_path, override, field):
     assert field in proc.stdout, tail(proc.stdout)
 
 
-def test_study_without_rule_is_rejected(tmp_path):
+def test_undeclared_study_is_rejected(tmp_path):
+    # a study needs its parameters' schema ($defs/params/<study>) and its module (the registry)
     override = "studies:\n  new-study:\n    full: {}\n    quick: {}\n"
     proc = run_snakemake("-n", "--nolock", "--configfile", str(write_config(tmp_path, override)))
     assert proc.returncode != 0
-    assert "new-study needs new_study" in proc.stdout, tail(proc.stdout)
+    assert "studies.new-study: config/schema.yaml has no $defs/params/new-study" in proc.stdout, tail(proc.stdout)
+
+
+def test_every_study_rule_comes_from_the_registry():
+    from trainscale.studies import registry
+
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    full = set(declared_outputs("full"))
+    for info in registry.load_all(config["studies"]):
+        for name in [*info.all_outputs(), f"{info.name}.ipynb"]:
+            assert f"figures/{info.name}/{name}" in full, (info.name, name)
 
 
 def test_config_quick_values_match_notebook_defaults():

@@ -503,6 +503,16 @@ def cmd_gallery(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from . import report
+
+    _require_file(args.config, "--config")
+    if not os.path.isdir(args.figures):
+        raise CLIError(f"--figures: {args.figures!r} is not a folder")
+    print(f"wrote {report.build_report(args.figures, args.config, args.out)}")
+    return 0
+
+
 def cmd_publish_notebook(args) -> int:
     from . import publish
 
@@ -596,6 +606,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
     p.add_argument("--write", metavar="README", help="replace the two generated blocks (between their markers) in this file")
     p.set_defaults(func=cmd_gallery)
+
+    p = sub.add_parser("report", help="one static HTML page: every figure, its caption, the paper-vs-ours and "
+                       "accuracy tables")
+    p.add_argument("--figures", default="figures", help="folder with one folder per study (default: figures)")
+    p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
+    p.add_argument("--out", default="results/report.html", help="the page to write (default: results/report.html)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("publish-notebook", help="copy an executed notebook without timestamps, for readers")
     p.add_argument("executed", metavar="EXECUTED", help="the notebook papermill executed")

@@ -4,7 +4,8 @@ Papermill's executed notebook (the rule's log) records wall-clock times (when ea
 ended, how long it took), which would make every rerun change the file. :func:`publish_notebook` writes a
 copy without them, outputs kept, so ``figures/<study>/<study>.ipynb`` shows the study's comparison and
 prints without running anything and a rerun rewrites the same bytes. An embedded image that is one of the
-PNG files beside it is replaced by a link to that file (the figure is committed once, not twice).
+PNG files beside it is replaced by a link to that file (the figure is committed once, not twice), and the
+random element ids of rich HTML outputs (xarray's repr) are renumbered in order of appearance.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 __all__ = ["publish_notebook"]
@@ -21,6 +23,17 @@ __all__ = ["publish_notebook"]
 _NOTEBOOK_DROP = ("start_time", "end_time", "duration", "environment_variables")
 _CELL_DROP = ("execution",)
 _CELL_PAPERMILL_DROP = ("start_time", "end_time", "duration")
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _renumber_ids(text: str, seen: dict[str, str]) -> str:
+    """Replace each random UUID by a stable one (the same UUID keeps the same replacement)."""
+    def stable(match):
+        return seen.setdefault(match.group(0), f"00000000-0000-0000-0000-{len(seen):012d}")
+
+    return _UUID.sub(stable, text)
 
 
 def _png_names(folder: Path) -> dict[str, str]:
@@ -51,6 +64,7 @@ def publish_notebook(executed: str | os.PathLike, destination: str | os.PathLike
     for key in _NOTEBOOK_DROP:
         papermill.pop(key, None)
     pngs = _png_names(destination.parent)
+    ids: dict[str, str] = {}
     for cell in nb.get("cells", []):
         metadata = cell.get("metadata", {})
         for key in _CELL_DROP:
@@ -59,6 +73,11 @@ def publish_notebook(executed: str | os.PathLike, destination: str | os.PathLike
             metadata.get("papermill", {}).pop(key, None)
         if cell.get("cell_type") == "code":
             cell["outputs"] = _link_known_images(cell.get("outputs", []), pngs)
+            for output in cell["outputs"]:
+                html = output.get("data", {}).get("text/html")
+                if html is not None:
+                    text = "".join(html) if isinstance(html, list) else html
+                    output["data"]["text/html"] = _renumber_ids(text, ids)
     destination.parent.mkdir(parents=True, exist_ok=True)
     tmp = destination.with_name(f".{destination.name}.tmp")
     tmp.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -100,10 +100,8 @@ def bench_sweep_spec() -> dict:
     """The grid benchmark's space (>= 5 million plans) as a chunked sweep."""
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
-    # tp_comm_overlap is not in the config schema's sweep space yet (closing note): the default
-    # space without it, still >= 5 million plans
     return {"model": MODEL, "systems": [SYSTEM], "gpus": [GPUS], "global_batch": GLOBAL_BATCH, "chunks": 4,
-            "space": {k: list(v) for k, v in space.items() if k != "tp_comm_overlap"}}
+            "space": {k: list(v) for k, v in space.items()}}
 
 
 def sweep_section(failures: list) -> None:

@@ -1,11 +1,12 @@
 """parallelism-strategies (Narayanan et al. 2021, arXiv 2104.04473): PTD-P vs ZeRO-3 as GPUs double at a
-fixed batch, and TP = node size winning the TP x PP split; unit tests of the study functions and the
-paper's effects on the quick workflow's outputs."""
+fixed batch, and the TP x PP split; unit tests of the study functions and of its paper comparison (records),
+and the plumbing of the quick workflow's outputs. The comparison with the paper is judged on the committed full
+datasets by ``trainscale verify``, not here."""
 
 import numpy as np
 import pytest
-from conftest import notebook_text
 import xarray as xr
+from trainscale import comparison
 from trainscale import io as tsio
 from trainscale import perfmodel
 from trainscale.specs import PlanSpec, RunSpec, SpecError, resolve_system
@@ -13,9 +14,6 @@ from trainscale.studies import parallelism_strategies as ps
 
 STUDY = "parallelism-strategies"
 SYSTEM = "dgx-a100-80gb"
-
-
-
 
 def _read(results, name):
     return tsio.read_dataset(results / "figures" / STUDY / name)
@@ -51,26 +49,16 @@ def test_best_plan_is_the_best_of_its_space_by_brute_force():
     assert best["hardware_tflops_per_gpu"] == pytest.approx(tflops, rel=1e-12)
 
 
-def test_zero3_matches_the_published_table2_runs():
-    # the study's ZeRO-3 search lands on the paper's micro-batches and within 12% of its TFLOP/s
+def test_zero3_loses_rate_as_each_gpus_share_of_the_batch_halves():
+    # the study's ZeRO-3 search halves the micro-batch with each GPU's share of the batch
     ds = ps.strategy_scaling(["gpt-175b"], [384], [1536], doublings=3, strategies=("zero-3",))
     assert ds["micro_batch"].sel(strategy="zero-3").values.ravel().tolist() == [4, 2, 1]
     got = ds["hardware_tflops_per_gpu"].sel(strategy="zero-3").values.ravel()
-    np.testing.assert_allclose(got, [144.0, 88.0, 44.0], rtol=0.12)
-    # halving each GPU's share of the batch costs ZeRO-3 at least a quarter of its rate per doubling
-    assert np.all(got[1:] / got[:-1] < 0.75)
+    # every GPU still gathers every layer's weights: per-GPU rate falls with each doubling
+    assert np.all(np.diff(got) < 0)
     assert "speedup_vs_zero3" in ds and np.allclose(ds["speedup_vs_zero3"].values, 1.0)
-
-
-def test_paper_plans_are_predicted_within_15_percent_of_table2():
-    # within 0-5% with the Ampere-only calibration; since one fit serves every stack and generation
-    # (the published Megatron runs' own MAPE went from 5.2% to 7.1%) +8-9% for 175B and +12-14% for
-    # 530B: the joint fit's GEMM efficiency favours large Megatron models (closing note, issue 10)
-    ds = ps.strategy_scaling(["gpt-175b", "gpt-530b"], [384, 560], [1536, 2240], doublings=3, strategies=("zero-3",))
-    for model in ds["model"].values.tolist():
-        ref = ps.paper_reference(model)
-        got = ds["paper_plan_tflops_per_gpu"].sel(model=model).values
-        np.testing.assert_allclose(got, list(ref["ptd-p"].values()), rtol=0.15)
+    # the paper's PTD-P plan is priced where its model-parallel size divides the GPUs
+    assert np.isfinite(ds["paper_plan_tflops_per_gpu"].values).all()
 
 
 def test_dataset_metadata_and_determinism():
@@ -88,10 +76,9 @@ def test_dataset_metadata_and_determinism():
     assert np.all(prod[fits] == np.broadcast_to(a["gpus"].values[:, None, :], prod.shape)[fits])
 
 
-def test_tp_pp_sweep_tp8_wins_at_fixed_model_parallel_size():
+def test_tp_pp_sweep_cells_and_cross_node_tensor_parallelism():
     sw = ps.tp_pp_sweep("gpt-161b", 64, [32])
     assert ps.study_model("gpt-161b").params() == pytest.approx(161e9, rel=0.02)
-    assert int(ps.best_tp(sw).sel(global_batch=32)) == 8
     # cells never exceed the GPUs; tp * pp * dp = GPUs where a plan fits
     fits = sw["fits"].values[0]
     tp, pp = np.meshgrid(sw["tp"].values, sw["pp"].values, indexing="ij")
@@ -140,46 +127,37 @@ def test_bad_inputs_name_the_field(call, field):
     assert field in str(err.value)
 
 
-# --------------------------------------------------------------------------- the paper's effects (quick workflow)
+def test_compare_records_are_well_formed(tmp_path):
+    scaling = ps.strategy_scaling(["gpt-175b"], [384], [1536], doublings=2, strategies=("zero-3",))
+    sweep = ps.tp_pp_sweep("gpt-161b", 64, [32])
+    tsio.write_dataset(scaling, tmp_path / "strategies.nc")
+    tsio.write_dataset(sweep, tmp_path / "tp_pp_sweep.nc")
+    records = ps.compare(tmp_path)
+    quantities = [r.quantity for r in records]
+    assert len(set(quantities)) == len(quantities)
+    # the 768-GPU ratio, Table 2's PTD-P and ZeRO-3 rows at 384 and 768 GPUs, the best tp at batch 32
+    assert len(records) == 1 + 2 + 2 + 1
+    for r in records:
+        assert r.study == ps.STUDY and r.verdict in comparison.VERDICTS and np.isfinite(r.our_value)
+    ratio = next(r for r in records if r.quantity.startswith("PTD-P over ZeRO-3"))
+    assert ratio.paper_value == pytest.approx(149 / 88) and ratio.neutral == 1.0
+    assert ratio.our_value == pytest.approx(float(scaling["paper_plan_tflops_per_gpu"].isel(model=0, doubling=1)) /
+                                            float(scaling["hardware_tflops_per_gpu"].sel(strategy="zero-3").isel(
+                                                model=0, doubling=1)))
+    best = records[-1]
+    assert best.our_value == int(ps.best_tp(sweep).sel(global_batch=32)) and best.same_setting
+    assert comparison.diff_records(records, ps.compare(tmp_path)) == []  # deterministic
+
+
+# --------------------------------------------------------------------------- quick workflow plumbing
 @pytest.mark.workflow
-def test_ptdp_beats_zero3_more_as_gpus_double(quick_workflow):
+def test_quick_workflow_writes_the_outputs(quick_workflow):
+    folder = quick_workflow / "figures" / STUDY
+    for name in ps.OUTPUTS:
+        assert (folder / name).stat().st_size > 0, name
     ds = _read(quick_workflow, "strategies.nc")
     assert {"gpt-175b", "gpt-530b"} <= set(ds["model"].values.tolist())
-    for model in ds["model"].values.tolist():
-        ratio = ds["speedup_vs_zero3"].sel(model=model, strategy="ptd-p").values
-        assert ratio[-1] > 1.5, f"{model}: PTD-P only {ratio[-1]:.2f}x ZeRO-3 at the largest count"
-        # the advantage grows as the GPUs double (flat within 1% allowed), and grows overall
-        assert np.all(np.diff(ratio) > -0.01 * ratio[:-1]), ratio
-        assert ratio[-1] > 1.4 * ratio[0], ratio
-        zero3 = ds["hardware_tflops_per_gpu"].sel(model=model, strategy="zero-3").values
-        assert np.all(np.diff(zero3) < 0) and zero3[-1] < 0.65 * zero3[0], zero3
-        ptdp = ds["hardware_tflops_per_gpu"].sel(model=model, strategy="ptd-p").values
-        assert ptdp[-1] > 0.85 * ptdp[0], ptdp  # PTD-P keeps its per-GPU rate
-    r175 = float(ds["speedup_vs_zero3"].sel(model="gpt-175b", strategy="ptd-p").isel(doubling=1))
-    assert 1.5 < r175 < 2.5  # paper: ~1.7x at 768 GPUs
-    text = notebook_text(quick_workflow, STUDY)
-    assert f"at 2× GPUs and fixed batch, PTD-P is {r175:.2f}× ZeRO-3 for 175B (paper: ~1.7×)" in text
-    assert "ZeRO-3 for 530B (paper: ~1.7×)" in text
-
-
-@pytest.mark.workflow
-def test_tp_equal_to_node_size_wins_the_sweep(quick_workflow):
-    sw = _read(quick_workflow, "tp_pp_sweep.nc")
-    assert sw.attrs["gpus_per_node"] == 8
-    best = ps.best_tp(sw)
-    smallest = int(sw["global_batch"].min())
-    assert int(best.sel(global_batch=smallest)) == 8
-    diag = sw["hardware_tflops_per_gpu"].where(sw["tp"] * sw["pp"] == sw.attrs["gpus"]).max("pp")
-    for b in sw["global_batch"].values:  # tp = 8 within 1% of the best split at every batch
-        assert float(diag.sel(global_batch=b, tp=8)) >= 0.99 * float(diag.sel(global_batch=b).max())
-    assert "best TP in the TP×PP sweep: 8 (= GPUs per node)" in notebook_text(quick_workflow, STUDY)
-
-
-@pytest.mark.workflow
-def test_published_runs_are_compared(quick_workflow):
     v = _read(quick_workflow, "published.nc")
     assert np.isfinite(v["study_tflops_per_gpu"].values).sum() >= 3
-    mape = float(np.abs(v["rel_error"]).mean())
-    assert f"published Narayanan et al. 2021 runs: MAPE {mape:.1%}" in notebook_text(quick_workflow, STUDY)
-    for name in ("tflops_vs_gpus.png", "tp_pp_heatmap.png"):
-        assert (quick_workflow / "figures" / STUDY / name).stat().st_size > 10_000
+    written = comparison.read_records(folder / comparison.RECORDS_FILE)
+    assert comparison.diff_records(ps.compare(folder), written) == []

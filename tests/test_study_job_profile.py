@@ -74,12 +74,12 @@ def test_lora_saves_memory_and_time_and_enough_workers_hide_loading():
 
 
 def test_directional_records_are_partly_at_best():
-    up = job_profile.directional("x", "q", "x", paper_direction=1, paper_setting="p", our_value=1.5,
+    up = comparison.directional("x", "q", "x", paper_direction=1, paper_setting="p", our_value=1.5,
                                  our_setting="o", neutral=1.0, same_setting=True)
     assert up.verdict == "partly" and math.isnan(up.paper_value)
-    assert job_profile.directional("x", "q", "x", paper_direction=1, paper_setting="p", our_value=1.0,
+    assert comparison.directional("x", "q", "x", paper_direction=1, paper_setting="p", our_value=1.0,
                                    our_setting="o", neutral=1.0).verdict == "not reproduced"
-    assert job_profile.directional("x", "q", "x", paper_direction=1, paper_setting="p", our_value=0.9,
+    assert comparison.directional("x", "q", "x", paper_direction=1, paper_setting="p", our_value=0.9,
                                    our_setting="o", neutral=1.0).verdict == "not reproduced"
 
 

@@ -15,6 +15,9 @@ every study,
   paper's (``same_setting=False``);
 * **not reproduced** -- the effect is absent or reversed, or our value is not finite.
 
+A claim the paper states as a direction only (no number) is recorded with :func:`directional`: its paper value
+is empty and its verdict at best "partly".
+
 A study states the paper's setting and ours in words, and, where a free analysis choice (a target loss,
 a reference size, a threshold) is not fixed by the paper, the range of our value over the swept choice
 (``free_parameter``, ``our_low``, ``our_high``).
@@ -30,7 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["Record", "numeric", "write_records", "read_records", "records_table", "counts",
+__all__ = ["Record", "numeric", "directional", "write_records", "read_records", "records_table", "counts",
            "VERDICTS", "DEFAULT_REL_TOL", "RECORDS_FILE", "diff_records"]
 
 VERDICTS = ("reproduced", "partly", "not reproduced")
@@ -111,6 +114,29 @@ def numeric(study: str, quantity: str, units: str, *, paper_value: float, paper_
     return Record(study, quantity, units, float(paper_value), paper_setting, our_value, our_setting,
                   bool(same_setting), float(rel_tol), float(neutral), verdict, reason, free_parameter,
                   low, high)
+
+
+def directional(study: str, quantity: str, units: str, *, paper_direction: int, paper_setting: str,
+                our_value: float, our_setting: str, neutral: float, same_setting: bool = False, note: str = "",
+                free_parameter: str = "", sweep=()) -> comparison.Record:
+    """A record for a claim whose paper gives a direction only (no number): ``paper_value`` is NaN and the
+    verdict is at best "partly" (the effect points the paper's way; its size cannot be compared), else
+    "not reproduced". The same rule as :func:`trainscale.comparison.judge` without the size test."""
+    our_value = float(our_value)
+    side = (our_value > neutral) - (our_value < neutral) if math.isfinite(our_value) else 0
+    if side != 0 and side == paper_direction:
+        verdict, why = "partly", (f"the paper gives the direction only (no number): ours points its way "
+                                  f"({our_value:.3g}, no effect at {neutral:g}); the size cannot be compared")
+    else:
+        verdict, why = "not reproduced", (f"the paper gives the direction only: ours does not point its way "
+                                          f"({our_value:.3g}, no effect at {neutral:g})")
+    values = [float(v) for v in sweep if math.isfinite(float(v))]
+    if free_parameter and not values:
+        raise ValueError(f"sweep: free parameter {free_parameter!r} needs our values over its range")
+    low, high = (min(values), max(values)) if values else (math.nan, math.nan)
+    return Record(study, quantity, units, math.nan, paper_setting, our_value, our_setting,
+                             bool(same_setting), DEFAULT_REL_TOL, float(neutral), verdict,
+                             why + (f"; {note}" if note else ""), free_parameter, low, high)
 
 
 _FIELDS = [f.name for f in fields(Record)]

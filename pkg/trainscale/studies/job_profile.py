@@ -25,7 +25,7 @@ from ..checks import check_choice, check_float, check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_system
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "directional", "decomposition", "overheads", "finetuning"]
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "decomposition", "overheads", "finetuning"]
 
 PAPER = "Lawenda et al., Profiling and optimization of multi-card GPU machine learning jobs (CCPE 2025)"
 OUTPUTS = ("decomposition.nc", "decomposition.png", "overheads.nc", "overheads.png", "finetuning.nc", "finetuning.png")
@@ -204,33 +204,10 @@ def finetuning(model, system, ranks: Sequence[int], targets: Sequence[str] = J.L
     return ds
 
 
-def directional(study: str, quantity: str, units: str, *, paper_direction: int, paper_setting: str,
-                our_value: float, our_setting: str, neutral: float, same_setting: bool = False, note: str = "",
-                free_parameter: str = "", sweep=()) -> comparison.Record:
-    """A record for a claim whose paper gives a direction only (no number): ``paper_value`` is NaN and the
-    verdict is at best "partly" (the effect points the paper's way; its size cannot be compared), else
-    "not reproduced". The same rule as :func:`trainscale.comparison.judge` without the size test."""
-    our_value = float(our_value)
-    side = (our_value > neutral) - (our_value < neutral) if math.isfinite(our_value) else 0
-    if side != 0 and side == paper_direction:
-        verdict, why = "partly", (f"the paper gives the direction only (no number): ours points its way "
-                                  f"({our_value:.3g}, no effect at {neutral:g}); the size cannot be compared")
-    else:
-        verdict, why = "not reproduced", (f"the paper gives the direction only: ours does not point its way "
-                                          f"({our_value:.3g}, no effect at {neutral:g})")
-    values = [float(v) for v in sweep if math.isfinite(float(v))]
-    if free_parameter and not values:
-        raise ValueError(f"sweep: free parameter {free_parameter!r} needs our values over its range")
-    low, high = (min(values), max(values)) if values else (math.nan, math.nan)
-    return comparison.Record(study, quantity, units, math.nan, paper_setting, our_value, our_setting,
-                             bool(same_setting), comparison.DEFAULT_REL_TOL, float(neutral), verdict,
-                             why + (f"; {note}" if note else ""), free_parameter, low, high)
-
-
 def compare(folder) -> list[comparison.Record]:
     """Paper-vs-ours records from the saved datasets in ``folder``. Lawenda et al. state their findings as
     directions (their tables are for their own scripts and models, which we do not have): each record is a
-    ratio whose no-effect value is 1 (or a share), built with :func:`directional`."""
+    ratio whose no-effect value is 1 (or a share), built with :func:`trainscale.comparison.directional`."""
     folder = Path(folder)
     dec = tsio.read_dataset(folder / "decomposition.nc")
     ovh = tsio.read_dataset(folder / "overheads.nc")
@@ -245,20 +222,20 @@ def compare(folder) -> list[comparison.Record]:
                                           f"does not fit in {ft.attrs['hbm_capacity_GiB']:.0f} GiB")
     ranks = ft["rank"].values
     records = [
-        directional(STUDY, "full fine-tuning step time over LoRA's", "x", paper_direction=1,
+        comparison.directional(STUDY, "full fine-tuning step time over LoRA's", "x", paper_direction=1,
                     paper_setting=f"{paper_llm}: LoRA tunes faster than DPO", neutral=1.0,
                     our_value=float(full["step_time_s"]) / float(lora["step_time_s"]),
                     our_setting=f"full fine-tuning vs LoRA (not DPO), {llm}",
                     note="DPO trains the full policy against a reference model; ours compares full fine-tuning",
                     free_parameter=f"LoRA rank {int(ranks.min())}–{int(ranks.max())}",
                     sweep=(ft["step_time_s"].sel(tuning="full") / ft["step_time_s"].sel(tuning="lora")).values),
-        directional(STUDY, "full fine-tuning memory over LoRA's", "x", paper_direction=1,
+        comparison.directional(STUDY, "full fine-tuning memory over LoRA's", "x", paper_direction=1,
                     paper_setting=f"{paper_llm}: LoRA uses less VRAM than DPO", neutral=1.0,
                     our_value=float(full["total_memory_gib"]) / float(lora["total_memory_gib"]),
                     our_setting=f"full fine-tuning vs LoRA (not DPO), {llm}", note="as above" + fits,
                     free_parameter=f"LoRA rank {int(ranks.min())}–{int(ranks.max())}",
                     sweep=(ft["total_memory_gib"].sel(tuning="full") / ft["total_memory_gib"].sel(tuning="lora")).values),
-        directional(STUDY, "LoRA memory over QLoRA's", "x", paper_direction=1,
+        comparison.directional(STUDY, "LoRA memory over QLoRA's", "x", paper_direction=1,
                     paper_setting=f"{paper_llm}: QLoRA is the memory-efficient adaptation", neutral=1.0,
                     our_value=float(lora["total_memory_gib"]) / float(qlora["total_memory_gib"]),
                     our_setting=f"4-bit base weights vs bf16, {llm}",
@@ -267,7 +244,7 @@ def compare(folder) -> list[comparison.Record]:
     ]
     parts = ft["time_s"].sel(tuning="lora", rank=r0)
     share = float(parts.sel(time_part=["launch", "synchronisation"]).sum()) / float(lora["step_time_s"])
-    records.append(directional(
+    records.append(comparison.directional(
         STUDY, "share of LoRA's step in kernel launches and synchronisation", "", paper_direction=1,
         paper_setting=f"{paper_llm}: a significant part of the tuning time goes to kernel launches and thread "
                       f"synchronisation", neutral=SIGNIFICANT_SHARE, our_value=share,
@@ -278,7 +255,7 @@ def compare(folder) -> list[comparison.Record]:
     p0 = "bf16-mixed" if "bf16-mixed" in dec["precision"].values else str(dec["precision"].values[0])
     if "fp32" in dec["precision"].values:
         ratio = dec["step_time_s"].sel(precision="fp32") / dec["step_time_s"].sel(precision=p0)
-        records.append(directional(
+        records.append(comparison.directional(
             STUDY, f"FP32 iteration time over {p0}'s", "x", paper_direction=1,
             paper_setting="image recognition under DDP on H100s: mixed precision shortens the iteration",
             neutral=1.0, our_value=float(ratio.sel(gpus=g_max)),
@@ -290,7 +267,7 @@ def compare(folder) -> list[comparison.Record]:
         float(ovh["bytes_per_sample"].max())
     gain = ovh["step_time_s"].sel(host_memory="pageable") / ovh["step_time_s"].sel(host_memory="pinned")
     where = f"{o['model']} on {o['gpus']} GPUs of {o['system']}, {o['micro_batch']} samples/GPU"
-    records.append(directional(
+    records.append(comparison.directional(
         STUDY, "pageable over pinned host memory, iteration time", "x", paper_direction=1,
         paper_setting="image recognition under DDP on H100s: pin_memory gives a gain",
         neutral=1.0, our_value=float(gain.sel(workers=w_max, bytes_per_sample=b_ref)),
@@ -302,7 +279,7 @@ def compare(folder) -> list[comparison.Record]:
     few = int(ovh["workers"].values[ovh["workers"].values > 0].min())
     tput = ovh["samples_per_s"].sel(host_memory="pinned")
     more = tput.sel(workers=w_max) / tput.sel(workers=few)
-    records.append(directional(
+    records.append(comparison.directional(
         STUDY, f"throughput with {w_max} loader workers over {few}", "x", paper_direction=1,
         paper_setting="image recognition under DDP on H100s: the DataLoader configuration decides the throughput",
         neutral=1.0, our_value=float(more.sel(bytes_per_sample=b_ref)),

@@ -1,9 +1,10 @@
-"""low-communication (DiLoCoX, Qi et al. 2025, arXiv 2506.21263): the paper's effects on the quick
-workflow's outputs, and fast unit tests of the study function."""
+"""low-communication (DiLoCoX, Qi et al. 2025, arXiv 2506.21263): unit tests of the study function and
+its comparison records, and the quick workflow's plumbing (the paper comparison is judged on the committed
+full datasets by ``trainscale verify``)."""
 
 import numpy as np
 import pytest
-from conftest import notebook_text
+from trainscale import comparison
 from trainscale import io as tsio
 from trainscale.specs import SpecError
 from trainscale.studies import low_communication as lc
@@ -16,57 +17,25 @@ def _dataset(results):
     return tsio.read_dataset(results / "figures" / STUDY / "low_communication.nc")
 
 
-
-
 @pytest.mark.workflow
-def test_diloco_speedup_at_1_gbps_and_growing_as_bandwidth_falls(quick_workflow):
+def test_quick_outputs_are_written_and_consistent(quick_workflow):
+    """Plumbing: the quick run writes its dataset, figures and records; the paper comparison itself is
+    judged on the committed full datasets (``trainscale verify``)."""
     ds = _dataset(quick_workflow)
-    speedup = ds["speedup"].sel({"method": BEST})
-    assert 0.125 in ds["bandwidth_GBps"].values, "the quick grid must include 1 Gb/s (0.125 GB/s)"
-    at_1gbps = float(speedup.sel(bandwidth_GBps=0.125))
-    assert at_1gbps >= 10.0, f"speedup at 1 Gb/s {at_1gbps:.1f}x < 10x"
-    # bandwidth ascending: the speedup falls (grows as bandwidth falls), strictly over the grid
-    assert np.all(np.diff(speedup.values) < 0), speedup.values
-    # each technique adds: delayed >= plain DiLoCo >= AllReduce, compressed >= delayed, at every bandwidth
+    folder = quick_workflow / "figures" / STUDY
+    for name in (*lc.OUTPUTS, comparison.RECORDS_FILE):
+        assert (folder / name).stat().st_size > 0, name
+    assert comparison.diff_records(lc.compare(folder), comparison.read_records(folder / comparison.RECORDS_FILE)) == []
+    # the timing model: each technique adds (delayed >= plain DiLoCo, compressed >= delayed), and the
+    # advantage over AllReduce grows as the bandwidth falls
     s = ds["speedup"]
-    assert np.all(s.sel({"method": "diloco"}).values > 1.0)
+    assert np.all(np.diff(s.sel({"method": BEST}).values) < 0)
     assert np.all(s.sel({"method": "diloco-delayed"}).values >= s.sel({"method": "diloco"}).values - 1e-12)
     assert np.all(s.sel({"method": BEST}).values >= s.sel({"method": "diloco-delayed"}).values - 1e-12)
-    # and it wins in time to the target loss too, by at least 10x at 1 Gb/s
-    assert float(ds["time_to_target_speedup"].sel({"method": BEST, "bandwidth_GBps": 0.125})) >= 10.0
-
-
-@pytest.mark.workflow
-def test_loss_cost_at_equal_tokens_is_small(quick_workflow):
-    ds = _dataset(quick_workflow)
-    change = ds["loss_change"].to_series()
-    # plain DiLoCo within 10% of AllReduce's final loss; the full recipe within 35% (quick config)
-    assert abs(change["diloco"]) <= 0.10, change
-    assert change[BEST] <= 0.35, change
-    # every method trains: its final loss is under a tenth of its initial loss
+    # every method trains, and compression actually compresses
     loss = ds["loss"]
-    assert np.all(loss.isel(step=-1).values < 0.1 * loss.isel(step=0).values)
-    # compression actually compresses
-    assert float(ds["compression_ratio"].sel({"method": BEST})) < 0.1
-    # measured against what AllReduce achieved, the gap is small: under 2% of its loss reduction
-    lost = ds["progress_lost"].to_series()
-    assert lost["allreduce"] == 0.0 and lost[BEST] < 0.02, lost
-    loss0, final = float(loss.isel(step=0)[0]), ds["final_loss"].values
-    assert lost.values == pytest.approx((final - final[0]) / (loss0 - final[0]), rel=1e-12)
-
-
-@pytest.mark.workflow
-def test_notebook_prints_the_comparison(quick_workflow):
-    ds = _dataset(quick_workflow)
-    sp = float(ds["speedup"].sel({"method": BEST, "bandwidth_GBps": 0.125}))
-    change = float(ds["loss_change"].sel({"method": BEST}))
-    text = notebook_text(quick_workflow, STUDY)
-    assert (f"at 1 Gb/s: DiLoCo with delayed outer step and compression is {sp:.0f}x AllReduce in tokens/s "
-            f"(paper: 357x), final loss {change:+.1%} (paper: negligible)") in text
-    lost = float(ds["progress_lost"].sel({"method": BEST}))
-    assert f"loss cost: {lost:.2%} of AllReduce's loss reduction not reached" in text
-    for name in ("tokens_per_s.png", "loss_vs_tokens.png", "loss_vs_time.png"):
-        assert (quick_workflow / "figures" / STUDY / name).stat().st_size > 0
+    assert np.all(loss.isel(step=-1).values < loss.isel(step=0).values)
+    assert float(ds["compression_ratio"].sel({"method": BEST})) < 1.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +60,22 @@ def test_small_study_is_deterministic_and_annotated():
     # tokens/s is tokens over the run's wall-clock time
     t_end = a["time_s"].isel(step=-1)
     np.testing.assert_allclose(a["tokens_per_s"].values, float(a["tokens"][-1]) / t_end.values)
+
+
+def test_compare_gives_one_well_formed_record_per_claim(tmp_path):
+    ds = lc.low_communication(**SMALL)
+    tsio.write_dataset(ds, tmp_path / "low_communication.nc")
+    records = lc.compare(tmp_path)
+    assert len(records) == 2
+    assert {r.study for r in records} == {STUDY}
+    assert all(r.verdict in comparison.VERDICTS for r in records)
+    assert len({r.quantity for r in records}) == len(records)
+    speedup, loss = records
+    assert speedup.our_value == pytest.approx(float(ds["speedup"].sel({"method": BEST, "bandwidth_GBps": 0.125})))
+    assert speedup.paper_value == lc.PAPER_SPEEDUP and not speedup.same_setting
+    final = ds["final_loss"]
+    assert loss.our_value == pytest.approx(float(final.sel({"method": BEST}) / final.sel({"method": "allreduce"})))
+    assert comparison.diff_records(lc.compare(tmp_path), records) == []  # deterministic
 
 
 def test_allreduce_time_matches_the_ring_formula():

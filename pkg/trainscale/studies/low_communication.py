@@ -34,24 +34,31 @@ over the run's wall-clock time.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from .. import convergence, wallclock
+from .. import comparison, convergence, wallclock
+from .. import io as tsio
 from ..checks import check_float, check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_model, resolve_system
 
-__all__ = ["COMPRESSORS", "METHODS", "low_communication", "method_runs"]
+__all__ = ["COMPRESSORS", "METHODS", "PAPER", "OUTPUTS", "RESOURCES", "compare", "low_communication", "method_runs"]
 
 METHODS = ("allreduce", "diloco", "diloco-delayed", "diloco-delayed-compressed")
 COMPRESSORS = ("top_k", "powersgd")
 
-
-
+PAPER = ("Qi et al., DiLoCoX: A Low-Communication Large-Scale Training Framework for Decentralized Cluster "
+         "(arXiv 2025)")
+OUTPUTS = ("low_communication.nc", "tokens_per_s.png", "loss_vs_tokens.png", "loss_vs_time.png")
+RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 10, "runtime_full_min": 30}
+PAPER_BANDWIDTH_GBPS = 0.125  # 1 Gb/s between the clusters
+PAPER_SPEEDUP = 357.0  # abstract: "a 357x speedup in distributed training" over vanilla AllReduce, 107B model, 1 Gb/s
 
 
 
@@ -107,7 +114,6 @@ def low_communication(*, model: str = "llama2-70b", system: str = "dgx-a100-80gb
     ``comm_s`` (one exchange), ``speedup`` (tokens/s over ``allreduce``'s), ``time_to_target_s``
     and ``time_to_target_speedup`` (target: the highest final loss of the four, so each reaches it),
     and per method ``final_loss``, ``loss_change`` (final loss over ``allreduce``'s, minus 1),
-    ``progress_lost`` (``(final - final_allreduce) / (initial - final_allreduce)``),
     ``compression_ratio``. Scalars: ``compute_s`` (one step of one cluster), ``tokens_per_step``
     (all clusters), ``message_bytes``, ``target_loss``.
     """
@@ -180,10 +186,6 @@ def low_communication(*, model: str = "llama2-70b", system: str = "dgx-a100-80gb
                                           "AllReduce's time to target over the method's"),
             "final_loss": var("method", final, "1", "loss after the token budget"),
             "loss_change": var("method", final / final[0] - 1.0, "1", "final loss over AllReduce's, minus 1"),
-            # near the noise floor a relative loss change is large for a tiny gap; this measures the gap
-            # against what AllReduce achieved: the share of its loss reduction a method did not reach
-            "progress_lost": var("method", (final - final[0]) / (loss[0, 0] - final[0]), "1",
-                                 "share of AllReduce's loss reduction not reached"),
             "compression_ratio": var("method", rho, "1", "bits sent over uncompressed float32 bits"),
             "compute_s": var((), step.compute_s, "s", "one optimiser step of one cluster (performance model)"),
             "tokens_per_step": var((), tokens_per_step, "tokens", "tokens per optimiser step, all clusters"),
@@ -211,3 +213,40 @@ def low_communication(*, model: str = "llama2-70b", system: str = "dgx-a100-80gb
                                                             "recompute": step.plan.recompute}}
     ds.attrs.update(provenance(parameters, seed))
     return ds
+
+
+def compare(folder) -> list[comparison.Record]:
+    """DiLoCoX's two claims against the saved dataset of ``folder`` (``low_communication.nc``): the full
+    recipe's (delayed outer step and compression) speed-up in tokens/s over AllReduce at 1 Gb/s, and its
+    final loss against AllReduce's at equal tokens (the paper's metric: the training loss reached)."""
+    ds = tsio.read_dataset(Path(folder) / "low_communication.nc")
+    q = json.loads(ds.attrs["parameters"])
+    study = "low-communication"
+    best = "diloco-delayed-compressed"
+    bws = ds["bandwidth_GBps"].values
+    at_paper = bool(np.isclose(bws, PAPER_BANDWIDTH_GBPS).any())
+    bw = PAPER_BANDWIDTH_GBPS if at_paper else float(bws[np.argmin(np.abs(np.log(bws / PAPER_BANDWIDTH_GBPS)))])
+    comp = q["compressor"]
+    comp_text = (f"top-k {comp['ratio']:g}" if comp["name"] == "top_k" else f"PowerSGD rank {comp['rank']}")
+    ours = (f"{q['model']} priced on {q['clusters']} clusters x {q['gpus_per_cluster']} GPUs of {q['system']}, "
+            f"{bw * 8:g} Gb/s between clusters; H={q['H']}, delayed outer step, {comp_text} with error feedback; "
+            f"loss of a {q['synthetic_params']}-parameter synthetic network over {q['steps']} steps")
+    paper_setting = ("107B model over 1 Gb/s between decentralized clusters; DiLoCoX: pipeline parallelism, "
+                     "one-step-delayed overlap, adaptive quantization and low-rank compression")
+    sp = float(ds["speedup"].sel({"method": best, "bandwidth_GBps": bw}))
+    rho = float(ds["compression_ratio"].sel({"method": best}))
+    speedups = ds["speedup"].sel({"method": best}).values
+    records = [comparison.numeric(
+        study, "DiLoCoX speed-up over AllReduce (tokens/s, 1 Gb/s)", "x", paper_value=PAPER_SPEEDUP,
+        paper_setting=paper_setting, our_value=sp, our_setting=ours, same_setting=False, neutral=1.0,
+        note=(f"the size follows from our H, compression ratio ({rho:.3f}) and model; by bandwidth: "
+              f"{', '.join(f'{b * 8:g} Gb/s {s:.3g}x' for b, s in zip(bws, speedups))}"))]
+    final = ds["final_loss"].to_series()
+    records.append(comparison.numeric(
+        study, "DiLoCoX final loss over AllReduce's (equal tokens)", "x", paper_value=1.0,
+        paper_setting=paper_setting + "; 'negligible degradation in model convergence'",
+        our_value=float(final[best] / final["allreduce"]), our_setting=ours, same_setting=False, rel_tol=0.10,
+        note=("the paper's abstract calls the loss cost negligible without a number; a 10% tolerance is our "
+              "reading of negligible; final losses: "
+              + ", ".join(f"{m} {final[m]:.4g} ({final[m] / final['allreduce'] - 1:+.0%})" for m in METHODS))))
+    return records

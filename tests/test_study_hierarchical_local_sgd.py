@@ -1,13 +1,14 @@
 """HALoS study (Kim et al. 2025): hierarchical asynchronous local SGD vs synchronous DiLoCo and
-asynchronous local SGD over slow inter-region links. Unit tests of the study functions, and the
-paper's effect on the quick workflow's outputs."""
+asynchronous local SGD over slow inter-region links. Unit tests of the study functions and of its
+comparison records, and the quick workflow's plumbing (the paper comparison is judged on the committed
+full datasets by ``trainscale verify``)."""
 
 import math
 
 import numpy as np
 import pytest
-from conftest import notebook_text
 
+from trainscale import comparison
 from trainscale import io as tsio
 from trainscale.specs import SpecError
 from trainscale.studies import hierarchical_local_sgd as study
@@ -15,8 +16,6 @@ from trainscale.studies import hierarchical_local_sgd as study
 STUDY = "hierarchical-local-sgd"
 TINY = dict(n_samples=256, dim=4, hidden=4, rounds=6, lrs=[0.01], outer_lrs=[0.5], sweep_fractions=[0.3, 0.5],
             batch_size=4, H=2, updates_per_push=2)
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,38 +81,45 @@ def test_comparison_is_deterministic_and_well_formed():
         assert ttt[1, 0] < ttt[0, 0]
 
 
+def test_compare_gives_one_well_formed_record_per_claim(tmp_path):
+    ds = study.halos_comparison(**TINY)
+    tsio.write_dataset(ds, tmp_path / "comparison.nc")
+    records = study.compare(tmp_path)
+    assert len(records) == 3
+    assert {r.study for r in records} == {STUDY}
+    assert all(r.verdict in comparison.VERDICTS for r in records)
+    assert len({r.quantity for r in records}) == len(records)
+    # TINY is not the paper's setting (H = 2, K = 2): no record may claim it is
+    assert not any(r.same_setting for r in records)
+    ttt = dict(zip(ds["method"].values.tolist(), ds["time_to_target_s"].values.tolist()))
+    vs_sync = records[0]
+    if math.isfinite(ttt["diloco"] / ttt["hierarchical"]):
+        assert vs_sync.our_value == pytest.approx(ttt["diloco"] / ttt["hierarchical"])
+    # the swept target is named as a free parameter whenever some swept target is reached
+    assert vs_sync.free_parameter.startswith("target fraction") or "no swept target" in vs_sync.reason
+    final = dict(zip(ds["method"].values.tolist(), ds["final_loss"].values.tolist()))
+    assert records[2].our_value == pytest.approx(final["hierarchical"] / final["diloco"])
+    assert comparison.diff_records(study.compare(tmp_path), records) == []  # deterministic
+
+
+def test_defaults_are_the_papers_setting():
+    assert all(study.DEFAULTS[k] == v for k, v in study.PAPER_SETTING.items())
+
+
 # ---------------------------------------------------------------------------------------------
-# the paper's effect on the quick workflow's outputs
+# the quick workflow's plumbing (the paper comparison is judged on the committed full datasets)
 
 
 @pytest.mark.workflow
-def test_hierarchical_converges_fastest_in_wall_clock(quick_workflow):
-    ds = tsio.read_dataset(quick_workflow / "figures" / STUDY / "comparison.nc")
+def test_quick_outputs_are_written_and_consistent(quick_workflow):
+    folder = quick_workflow / "figures" / STUDY
+    for name in (*study.OUTPUTS, comparison.RECORDS_FILE):
+        assert (folder / name).stat().st_size > 0, name
+    assert comparison.diff_records(study.compare(folder), comparison.read_records(folder / comparison.RECORDS_FILE)) == []
+    ds = tsio.read_dataset(folder / "comparison.nc")
     ttt = dict(zip(ds["method"].values.tolist(), ds["time_to_target_s"].values.tolist()))
-    assert all(math.isfinite(v) for v in ttt.values()), ttt
-    # HALoS < asynchronous local SGD < synchronous DiLoCo in time to the target loss
-    assert ttt["hierarchical"] < ttt["async_local"] < ttt["diloco"], ttt
-    # synchronous DiLoCo is slowed several-fold by all-reduces over the slowest inter-region link
-    assert ttt["diloco"] / ttt["hierarchical"] > 5.0
-    assert ttt["async_local"] / ttt["hierarchical"] > 1.2
-    # and HALoS ends below asynchronous local SGD (stale, non-IID updates stall the flat server)
-    final = dict(zip(ds["method"].values.tolist(), ds["final_loss"].values.tolist()))
-    assert final["hierarchical"] < final["async_local"]
     # the speed-ups stored are the ratios of the times
     speed = dict(zip(ds["method"].values.tolist(), ds["speedup_of_hierarchical"].values.tolist()))
-    assert speed["diloco"] == pytest.approx(ttt["diloco"] / ttt["hierarchical"], rel=1e-12)
-
-
-@pytest.mark.workflow
-def test_speedup_over_diloco_holds_across_bandwidths(quick_workflow):
-    sweep = tsio.read_dataset(quick_workflow / "figures" / STUDY / "bandwidth.nc")
-    assert (sweep["speedup_vs_diloco"].values > 1.0).all()
-
-
-@pytest.mark.workflow
-def test_notebook_prints_the_comparison(quick_workflow):
-    ds = tsio.read_dataset(quick_workflow / "figures" / STUDY / "comparison.nc")
-    speed = dict(zip(ds["method"].values.tolist(), ds["speedup_of_hierarchical"].values.tolist()))
-    text = notebook_text(quick_workflow, STUDY)
-    assert (f"time to target: hierarchical {speed['diloco']:.1f}x faster than synchronous DiLoCo (paper: up to 7.5x), "
-            f"{speed['async_local']:.1f}x faster than asynchronous local SGD (paper: up to 2.1x)") in text
+    assert speed["diloco"] == pytest.approx(ttt["diloco"] / ttt["hierarchical"], rel=1e-12, nan_ok=True)
+    sweep = tsio.read_dataset(folder / "bandwidth.nc")
+    assert sweep["speedup_vs_diloco"].dims == ("scale",)

@@ -44,14 +44,17 @@ NOT_FITTED = ("vtrain-single", "fsdp-compiled")
 # Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
 # NeMo 2.0 performance recipes: Megatron-Core + Transformer Engine (fused attention), sequence
 # parallelism and TP communication overlap wherever tp > 1, the distributed optimizer, overlapped
-# gradient reduction, no recomputation. Megatron-Core (README scaling table, 2024): the same
-# without the TP overlap. FSDP (torchtitan, fms-fsdp): SDPA flash attention, prefetching.
+# gradient reduction, no recomputation. Megatron-Core (README scaling table, 2024): the same, as
+# its text states ("fine-grained overlapping of data-parallel (--overlap-grad-reduce
+# --overlap-param-gather), tensor-parallel (--tp-comm-overlap) and pipeline-parallel communication";
+# NVIDIA/Megatron-LM README, "Training Speed and Scalability", July 2024).
+# FSDP (torchtitan, fms-fsdp): SDPA flash attention, prefetching.
 # BLOOM's Megatron-DeepSpeed: no flash attention, ZeRO-1.
 UNPUBLISHED_DEFAULTS = {
     "nemo": {"recompute": "none", "flash_attention": True, "zero": 1, "overlap_grad_reduce": True,
              "sequence_parallel": "tp>1", "tp_comm_overlap": "tp>1"},
     "megatron": {"recompute": "none", "flash_attention": True, "zero": 1, "overlap_grad_reduce": True,
-                 "sequence_parallel": "tp>1"},
+                 "sequence_parallel": "tp>1", "tp_comm_overlap": "tp>1"},
     "fsdp": {"recompute": "none", "flash_attention": True, "zero": 3, "overlap_grad_reduce": True,
              "sequence_parallel": "tp>1"},
     "deepspeed": {"recompute": "full", "flash_attention": False, "zero": 1},

@@ -1,12 +1,5 @@
-"""Study-level computations: each function returns the xarray Dataset one study's figures are drawn from.
-
-``cluster``: the performance-model studies (hardware scaling, all-reduce bus bandwidth, pipeline
-schedules and planner, heterogeneous mixes); the convergence studies live in one module each
-(``trainscale.studies.<module>``), imported by their notebooks.
+"""Study-level computations, one module per study (``trainscale.studies.<name_with_underscores>``): each
+returns the xarray Datasets its notebook draws figures from and declares what :mod:`.registry` reads
+(``PAPER``, ``OUTPUTS``, ``RESOURCES``, ``compare``). Notebooks import their own module, e.g.
+``from trainscale.studies import hardware_scaling as study``.
 """
-
-from .cluster import (STRATEGIES, SCHEDULE_NAMES, allreduce_busbw, hardware_scaling, heterogeneous_mix,
-                      pipeline_planner, pipeline_schedules, pipeline_stage_times, strategy_space)
-
-__all__ = ["STRATEGIES", "SCHEDULE_NAMES", "allreduce_busbw", "hardware_scaling", "heterogeneous_mix",
-           "pipeline_planner", "pipeline_schedules", "pipeline_stage_times", "strategy_space"]

@@ -13,7 +13,7 @@ The study here:
   the ``bandwidth`` coordinate) and a seeded draw ``u`` (uniform, one per site pair, shared by all
   regimes), the links are ``b * 10 ** (spread_decades * u')`` with ``u'`` the draw rescaled to
   [0, 1] (so the slowest link is exactly ``b``), capped at ``max_Gbps``.
-* **Stage costs** come from the performance model (:func:`trainscale.studies.cluster.pipeline_stage_times`:
+* **Stage costs** come from the performance model (:func:`trainscale.studies.pipeline_planning.pipeline_stage_times`:
   forward, backward and weight-gradient time of one micro-batch on each stage).
 * **Messages.** A boundary carries one micro-batch's activations forward and their gradients
   backward, each ``micro_batch * seq_len * hidden * 2`` bytes (bf16). Top-k compression with keep
@@ -59,7 +59,7 @@ from ..io import provenance
 from ..checks import check_float as _check_float
 from ..checks import check_int as _check_int
 from ..specs import SpecError, resolve_model, resolve_system
-from .cluster import pipeline_stage_times
+from .pipeline_planning import pipeline_stage_times
 
 APPROACHES = ("baseline", "compression", "placement", "placement+compression")
 MIN_Gbps, MAX_Gbps = 0.008, 10.0  # the paper's range of links

@@ -55,9 +55,9 @@ def slurm_unavailable():
 
 
 def study_outputs(study):
-    from test_workflow import EXPECTED_OUTPUTS
+    from trainscale.studies import registry
 
-    return [f"results/quick/figures/{study}/{name}" for name in EXPECTED_OUTPUTS[study]]
+    return [f"results/quick/figures/{study}/{name}" for name in registry.load(study).all_outputs()]
 
 
 def sweep_targets():

@@ -6,6 +6,8 @@ from pathlib import Path
 import yaml
 from snakemake.exceptions import WorkflowError
 
+from trainscale.studies import registry
+
 REPO_ROOT = Path(workflow.basedir).resolve().parent
 if Path.cwd().resolve() != REPO_ROOT:
     raise WorkflowError(
@@ -27,9 +29,10 @@ PACKAGE_FILES = sorted(
 )
 
 
-def rule_name(study):
-    """Rule name of a study: 'hardware-scaling' -> 'hardware_scaling'."""
-    return study.replace("-", "_")
+try:  # the study registry: each study's module declares its outputs and resources
+    STUDIES = registry.load_all(config["studies"])
+except registry.ConfigError as err:
+    raise WorkflowError(f"config/config.yaml: {err}") from None
 
 
 def study_dir(study):
@@ -37,12 +40,13 @@ def study_dir(study):
 
 
 def study_outputs(study, files):
-    """Declared outputs (datasets and figures) of a study, in the current mode's folder."""
+    """Declared outputs (datasets, figures, comparison.csv) of a study, in the current mode's folder."""
     return [f"{study_dir(study)}/{name}" for name in files]
 
 
-def study_notebook(study):
-    return f"notebooks/{study}.ipynb"
+def published_notebook(study):
+    """The executed notebook for readers, beside the figures (outputs kept, timestamps dropped)."""
+    return f"{study_dir(study)}/{study}.ipynb"
 
 
 def executed_notebook(study):
@@ -73,24 +77,31 @@ def study_runtime_min(quick, full):
     return quick if MODE == "quick" else full
 
 
-def vtrain_files(wildcards):
-    """vTrain ground-truth tables, when the folder exists (the notebook skips vTrain otherwise)."""
-    folder = study_config("validation").get("vtrain_dir")
-    if not folder or not Path(folder).is_dir():
-        return []
-    return sorted(str(p) for p in Path(folder).glob("*.csv"))
+def input_folder_files(study):
+    """Input function: the *.csv files in the folders a study's parameters name (INPUT_FOLDER_PARAMETERS),
+    where those folders exist (the notebook says what it skips otherwise)."""
+
+    def files(wildcards):
+        found = []
+        for parameter in study.input_folder_parameters:
+            folder = study_config(study.name).get(parameter)
+            if folder and Path(folder).is_dir():
+                found += sorted(str(p) for p in Path(folder).glob("*.csv"))
+        return found
+
+    return files
 
 
 def all_study_outputs():
-    """Outputs of every study in the config (each must have its own step in rules/*.smk)."""
-    missing = [s for s in config["studies"] if not rules.has(rule_name(s))]
-    if missing:
-        raise WorkflowError(
-            "these studies in config/config.yaml have no workflow step of the same name "
-            "(hyphens as underscores) in workflow/rules/*.smk - "
-            + ", ".join(f"{s} needs {rule_name(s)}" for s in missing)
-        )
-    return [f for s in config["studies"] for f in getattr(rules, rule_name(s)).output]
+    """Outputs of every study in the config, with its published notebook."""
+    return [
+        f
+        for study in STUDIES
+        for f in [
+            *study_outputs(study.name, study.all_outputs()),
+            published_notebook(study.name),
+        ]
+    ]
 
 
 # ---------------------------------------------------------------- sweeps (rules/sweeps.smk)

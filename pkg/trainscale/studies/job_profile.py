@@ -88,6 +88,8 @@ def decomposition(model, system, gpus: Sequence[int], micro_batch: int, workers:
     }, coords={"precision": list(precisions), "gpus": np.asarray(gpus, dtype=np.int64),
                "component": list(J.COMPONENTS)})
     ds["gpus"].attrs.update({"units": "1", "long_name": "GPUs (data parallel, one node)"})
+    ds["precision"].attrs.update({"long_name": "training precision"})
+    ds["component"].attrs.update({"long_name": "component of the iteration time"})
     params = _common(model, system, micro_batch, workers, pinned, bytes_per_sample, decode_MBps_per_worker, seq_len)
     params.update({"gpus": gpus, "precisions": list(precisions)})
     ds.attrs.update(provenance(params))
@@ -145,6 +147,7 @@ def overheads(model, system, gpus: int, micro_batch: int, workers: Sequence[int]
     }, coords={"host_memory": ["pinned", "pageable"], "workers": np.asarray(workers, dtype=np.int64),
                "bytes_per_sample": np.asarray(sizes), "micro_batch": np.asarray(mbs, dtype=np.int64)})
     ds["workers"].attrs.update({"units": "1", "long_name": "loader workers per GPU"})
+    ds["host_memory"].attrs.update({"long_name": "host memory of the input batches (pinned or pageable)"})
     ds["bytes_per_sample"].attrs.update({"units": "B", "long_name": "decoded bytes per sample"})
     ds["micro_batch"].attrs.update({"units": "samples", "long_name": "samples per GPU per step"})
     ds.attrs.update(provenance({"model": model if isinstance(model, str) else J.resolve_workload(model).name,
@@ -193,6 +196,8 @@ def finetuning(model, system, ranks: Sequence[int], targets: Sequence[str] = J.L
     }, coords={"tuning": list(J.METHODS), "rank": np.asarray(ranks, dtype=np.int64),
                "memory_part": list(J.MEMORY_PARTS), "time_part": list(J.FT_TIME_PARTS)})
     ds["rank"].attrs.update({"units": "1", "long_name": "LoRA rank"})
+    ds["memory_part"].attrs.update({"long_name": "part of the memory per GPU"})
+    ds["time_part"].attrs.update({"long_name": "part of the step time"})
     ds["tuning"].attrs.update({"long_name": "fine-tuning method (named tuning: 'method' is a keyword of sel)"})
     ds.attrs.update(provenance({"model": model if isinstance(model, str) else spec.name, "system": str(system),
                                 "ranks": ranks, "targets": list(targets), "gpus": int(gpus),

@@ -219,6 +219,8 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
                          {"units": "sequences", "long_name": "global batch (fixed as GPUs double)"}),
     })
     ds["doubling"].attrs.update({"units": "1", "long_name": "doublings of the GPU count"})
+    ds["model"].attrs.update({"long_name": "model"})
+    ds["strategy"].attrs.update({"long_name": "parallelisation strategy"})
     paper_plan = np.full((len(models), doublings), np.nan)
     for i, model in enumerate(specs):
         ref = paper_reference(model)
@@ -362,6 +364,7 @@ def published_comparison(scaling: xr.Dataset | None = None) -> xr.Dataset:
                "strategy": ("run", strategy, {"units": "1", "long_name": "strategy of the published run"}),
                "gpus": ("run", gpus, {"units": "1", "long_name": "GPUs"}),
                "model": ("run", model, {"units": "1", "long_name": "model"})})
+    ds["run"].attrs.update({"long_name": "published run (data/published_runs.csv id)"})
     ds.attrs.update(provenance({"source": "data/published_runs.csv, Narayanan et al. 2021 rows",
                                 "scaling_models": [] if scaling is None else scaling["model"].values.tolist()}))
     return ds

@@ -41,6 +41,16 @@ def test_without_a_neutral_value_only_the_tolerance_decides():
     assert (near.verdict, far.verdict) == ("reproduced", "not reproduced")
 
 
+@pytest.mark.parametrize("error, same, verdict", [
+    (0.04, True, "reproduced"), (0.05, True, "reproduced"), (0.05, False, "partly"), (0.0999, True, "partly"),
+    (0.1001, True, "not reproduced"), (math.nan, True, "not reproduced"), (math.inf, True, "not reproduced")])
+def test_an_error_bound_is_met_below_it_partly_up_to_twice_it(error, same, verdict):
+    record = comparison.within_target("s", "q", "1", target=0.05, target_setting="target", our_value=error,
+                                      our_setting="ours", same_setting=same)
+    assert record.verdict == verdict
+    assert record.paper_value == 0.05
+
+
 def test_free_parameter_needs_its_sweep_and_records_its_range():
     with pytest.raises(ValueError, match="sweep"):
         comparison.numeric("s", "q", "x", paper_value=2, paper_setting="p", our_value=2, our_setting="o",

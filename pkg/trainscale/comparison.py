@@ -16,7 +16,9 @@ every study,
 * **not reproduced** -- the effect is absent or reversed, or our value is not finite.
 
 A claim the paper states as a direction only (no number) is recorded with :func:`directional`: its paper value
-is empty and its verdict at best "partly".
+is empty and its verdict at best "partly". An accuracy target (an error that must stay at or below a bound, as
+the model's validation against measured runs) is recorded with :func:`within_target`: reproduced at or below
+the bound, partly up to twice the bound, not reproduced beyond.
 
 A study states the paper's setting and ours in words, and, where a free analysis choice (a target loss,
 a reference size, a threshold) is not fixed by the paper, the range of our value over the swept choice
@@ -33,7 +35,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["Record", "numeric", "directional", "write_records", "read_records", "records_table", "counts",
+__all__ = ["Record", "numeric", "directional", "within_target", "write_records", "read_records", "records_table", "counts",
            "VERDICTS", "DEFAULT_REL_TOL", "RECORDS_FILE", "diff_records"]
 
 VERDICTS = ("reproduced", "partly", "not reproduced")
@@ -118,7 +120,7 @@ def numeric(study: str, quantity: str, units: str, *, paper_value: float, paper_
 
 def directional(study: str, quantity: str, units: str, *, paper_direction: int, paper_setting: str,
                 our_value: float, our_setting: str, neutral: float, same_setting: bool = False, note: str = "",
-                free_parameter: str = "", sweep=()) -> comparison.Record:
+                free_parameter: str = "", sweep=()) -> Record:
     """A record for a claim whose paper gives a direction only (no number): ``paper_value`` is NaN and the
     verdict is at best "partly" (the effect points the paper's way; its size cannot be compared), else
     "not reproduced". The same rule as :func:`trainscale.comparison.judge` without the size test."""
@@ -137,6 +139,25 @@ def directional(study: str, quantity: str, units: str, *, paper_direction: int, 
     return Record(study, quantity, units, math.nan, paper_setting, our_value, our_setting,
                              bool(same_setting), DEFAULT_REL_TOL, float(neutral), verdict,
                              why + (f"; {note}" if note else ""), free_parameter, low, high)
+
+
+def within_target(study: str, quantity: str, units: str, *, target: float, target_setting: str,
+                  our_value: float, our_setting: str, same_setting: bool = True, note: str = "") -> Record:
+    """A record for an error bound: ``our_value`` (an error, >= 0) against ``target`` (its upper bound).
+    Reproduced at or below the bound (in the target's setting), partly up to twice the bound, not reproduced
+    beyond or when not finite. ``rel_tol`` is stored as 1 (the factor the partly band allows over the bound)."""
+    our_value, target = float(our_value), float(target)
+    if not math.isfinite(our_value):
+        verdict, why = "not reproduced", "our error is not finite"
+    elif our_value <= target and same_setting:
+        verdict, why = "reproduced", f"at or below the target ({our_value:.3g} <= {target:.3g})"
+    elif our_value <= 2 * target:
+        verdict, why = "partly", (f"within twice the target ({our_value:.3g} vs {target:.3g})" if our_value > target
+                                  else f"at or below the target ({our_value:.3g}), but in a different setting")
+    else:
+        verdict, why = "not reproduced", f"more than twice the target ({our_value:.3g} vs {target:.3g})"
+    return Record(study, quantity, units, target, target_setting, our_value, our_setting, bool(same_setting),
+                  1.0, math.nan, verdict, why + (f"; {note}" if note else ""))
 
 
 _FIELDS = [f.name for f in fields(Record)]

@@ -208,6 +208,23 @@ def predicted_value(m: MeasuredRun, calibration: Mapping[str, float] | None = No
     return metric_value(perfmodel.predict(m.run, calibration), m.metric, m.run.gpus)
 
 
+COORD_NAMES = {"run": "measured run (id)", "dataset": "dataset the run belongs to", "metric": "metric the source reports",
+               "model": "model", "source": "where the measurement is published", "gpus": "GPUs",
+               "tp": "tensor-parallel degree", "pp": "pipeline-parallel degree", "dp": "data-parallel degree",
+               "stack": "software stack", "generation": "GPU generation", "fitted": "used to fit the calibration"}
+
+
+def left_out_mape(datasets) -> np.ndarray:
+    """Per run, the cross-validated MAPE of its dataset (left out of the fit), from calibration_fitted.yaml."""
+    import yaml
+
+    from . import catalog
+
+    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text(encoding="utf-8")) or {}
+    left_out = stored.get("cross_validation", {}).get("leave_one_dataset_out", {})
+    return np.array([float(left_out[d]["mape"]) if d in left_out else np.nan for d in datasets])
+
+
 def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_single: bool = False,
                        calibration: Mapping[str, float] | None = None, include_public: bool = True) -> xr.Dataset:
     """Predicted vs measured for every measured run (dim ``run``)."""
@@ -225,6 +242,9 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
                                       {"units": "s", "long_name": "predicted step time"}),
             "mfu_predicted": ("run", np.array([p.mfu for p in predictions]),
                               {"units": "1", "long_name": "predicted model FLOPs utilisation"}),
+            "left_out_mape": ("run", left_out_mape([m.dataset for m in runs]),
+                              {"units": "1", "long_name": "MAPE of the run's dataset when that dataset is left out "
+                               "of the fit (trainscale calibrate --cv; NaN: dataset not fitted)"}),
         },
         coords={
             "run": [m.run.id for m in runs],
@@ -241,6 +261,10 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
             "fitted": ("run", np.array([m.dataset not in NOT_FITTED for m in runs])),
         },
     )
+    for name, long_name in COORD_NAMES.items():
+        ds[name].attrs["long_name"] = long_name
+    for name in ("gpus", "tp", "pp", "dp", "fitted"):
+        ds[name].attrs["units"] = "1"
     for name in dict.fromkeys(ds["dataset"].values.tolist()):
         key = name.replace("-", "_")
         ape = np.abs(rel[ds["dataset"].values == name])

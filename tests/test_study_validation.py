@@ -1,0 +1,42 @@
+"""The validation study's records: one per dataset, judged on the cross-validated error where the dataset was
+fitted and on its own error where it never was (synthetic datasets with known errors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from trainscale import io as tsio
+from trainscale.studies import validation as study
+
+
+def synthetic(tmp_path, rel_errors: dict[str, list[float]], left_out: dict[str, float]):
+    names = [name for name, errs in rel_errors.items() for _ in errs]
+    rel = np.array([e for errs in rel_errors.values() for e in errs])
+    ds = xr.Dataset({"rel_error": ("run", rel), "left_out_mape": ("run", [left_out.get(n, np.nan) for n in names])},
+                    coords={"run": [f"r{i}" for i in range(len(names))], "dataset": ("run", names)})
+    tsio.write_dataset(ds, tmp_path / "validation.nc")
+    return {r.quantity.split(":")[0]: r for r in study.compare(tmp_path)}
+
+
+def test_a_fitted_dataset_is_judged_on_its_left_out_error(tmp_path):
+    records = synthetic(tmp_path, {"published": [0.01, -0.03]}, {"published": 0.21})
+    rec = records["published"]
+    assert rec.our_value == pytest.approx(0.21)  # not the in-sample 2%
+    assert rec.paper_value == study.TARGET_MAPE["published"]
+    assert rec.verdict == "not reproduced"
+    assert "in-sample MAPE 2.0%" in rec.our_setting
+
+
+def test_a_dataset_never_fitted_is_judged_on_its_own_error(tmp_path):
+    records = synthetic(tmp_path, {"vtrain-single": [0.10, -0.20], "fsdp-compiled": [0.05, 0.07]}, {})
+    assert records["vtrain-single"].our_value == pytest.approx(0.15)
+    assert records["vtrain-single"].verdict == "partly"  # 15% against 12%: within twice the target
+    assert records["fsdp-compiled"].our_value == pytest.approx(0.06)
+    assert records["fsdp-compiled"].verdict == "reproduced"  # the public runs' 8%
+
+
+def test_a_missing_cross_validation_is_not_reproduced(tmp_path):
+    records = synthetic(tmp_path, {"nemo-hopper": [0.01]}, {})
+    assert records["nemo-hopper"].verdict == "not reproduced"

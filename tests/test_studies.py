@@ -24,8 +24,6 @@ def test_validation_meets_the_published_accuracy_targets(quick_workflow):
     assert ape.mean() <= 0.10, f"published MAPE {ape.mean():.1%} > 10%"
     assert ape.max() <= 0.20, f"worst published run {ape.max():.1%} > 20%"
     assert ds.attrs["mape_published"] == pytest.approx(ape.mean(), rel=1e-12)
-    # the notebook states the comparison
-    assert f"published runs: MAPE {ape.mean():.1%}" in notebook_text(quick_workflow, "validation")
 
 
 def test_hardware_scaling_shows_the_papers_effects(quick_workflow):
@@ -109,28 +107,6 @@ def test_pipeline_planner_beats_its_baselines(quick_workflow):
         at_ethernet = tput.sel(network_GBps=3.125)
         s = float(at_ethernet.sel(approach="planner") / at_ethernet.sel(approach="data-parallel"))
         assert f"at 25 Gb/s Ethernet (3.125 GB/s): planner {s:.2f}x data parallel" in text
-
-
-def test_heterogeneous_mix_beats_an_even_split(quick_workflow):
-    ds = tsio.read_dataset(quick_workflow / "figures" / "heterogeneous-cluster" / "mix.nc")
-    share = ds["fraction"].values
-    mixed = (share > 0) & (share < 1)
-    assert mixed.any()
-    frac, even = ds["fraction_of_sum"].values, ds["even_fraction_of_sum"].values
-    assert np.isfinite(frac[mixed]).all() and np.isfinite(even[mixed]).all()
-    assert (frac[mixed] > even[mixed]).all(), (frac, even)
-    both_fit = ds["alone_fits"].values.all(axis=1)
-    assert (frac[both_fit] <= 1 + 1e-9).all(), frac  # where a part cannot train alone it adds 0
-    # homogeneous ends: the cluster is its own sum
-    assert frac[~mixed] == pytest.approx(1.0, rel=1e-9)
-    # the planner puts more layers on the faster type as it gets more of the nodes, and more than its node share
-    layers = ds["layers_on_first"].values
-    assert (np.diff(layers) > 0).all(), layers
-    assert (layers[mixed] > share[mixed]).all(), layers
-    text = notebook_text(quick_workflow, "heterogeneous-cluster")
-    comparable = mixed & both_fit
-    assert f"best {np.max(frac[comparable]):.2%}, mean {np.mean(frac[comparable]):.2%}" in text
-    assert "97.49%" in text
 
 
 def _hashes(results):

@@ -60,55 +60,6 @@ def test_allreduce_bus_bandwidth_rises_with_message_size(quick_workflow):
     assert (np.diff(busbw[..., 0], axis=-1) <= 1e-9).all()
 
 
-def test_pipeline_schedules_match_dapple_and_successors(quick_workflow):
-    folder = quick_workflow / "figures" / "pipeline-planning"
-    ds = tsio.read_dataset(folder / "schedules.nc")
-    pp = json.loads(ds.attrs["parameters"])["pp"]
-    tput, mem = ds["tokens_per_s"], ds["peak_activation_gib"]
-    grid = [int(m) for m in ds["micro_batches"].values]
-    assert any(m >= 2 * pp for m in grid), "the quick grid needs micro-batch counts >= 2 pp"
-    for m in grid:
-        gpipe, one_f_one_b = (float(tput.sel(schedule=s, micro_batches=m)) for s in ("gpipe", "1f1b"))
-        # same operations, same dependencies: equal makespan at equal micro-batch counts
-        assert one_f_one_b == pytest.approx(gpipe, rel=1e-9), m
-        # ZB-H1 fills the bubble with weight gradients; interleaving shrinks it
-        assert float(tput.sel(schedule="zb-h1", micro_batches=m)) >= one_f_one_b * (1 - 1e-9), m
-        assert float(tput.sel(schedule="interleaved", micro_batches=m)) >= one_f_one_b * (1 - 1e-9), m
-        if m >= 2 * pp:
-            # 1F1B holds at most pp micro-batches of activations, GPipe all m
-            ratio = float(mem.sel(schedule="1f1b", micro_batches=m) / mem.sel(schedule="gpipe", micro_batches=m))
-            assert ratio < 1.0, f"m={m}: 1F1B / GPipe peak activation memory {ratio:.2f}"
-    # 1F1B's memory does not grow with the micro-batch count; GPipe's does
-    assert np.ptp(mem.sel(schedule="1f1b").values) == pytest.approx(0.0, abs=1e-12)
-    assert (np.diff(mem.sel(schedule="gpipe").values) > 0).all()
-    text = notebook_text(quick_workflow, "pipeline-planning")
-    m = max(grid)
-    r = float(mem.sel(schedule="1f1b", micro_batches=m) / mem.sel(schedule="gpipe", micro_batches=m))
-    assert f"m={m:<3d} throughput ratio 1.00, peak activation memory ratio {r:.2f}" in text
-    assert "1.6x" in text and "3.23x" in text
-
-
-def test_pipeline_planner_beats_its_baselines(quick_workflow):
-    pl = tsio.read_dataset(quick_workflow / "figures" / "pipeline-planning" / "planner.nc")
-    tput = pl["tokens_per_s"]
-    planner = tput.sel(approach="planner").values
-    assert np.isfinite(planner).all() and (pl["dp"].values >= 1).all()
-    for baseline in ("data-parallel", "even-pipeline"):
-        base = tput.sel(approach=baseline).values
-        assert (planner >= base * (1 - 1e-9)).all(), baseline
-    slowest = float(pl["network_GBps"].min())
-    at_slowest = tput.sel(network_GBps=slowest)
-    speedup = float(at_slowest.sel(approach="planner") / at_slowest.sel(approach="data-parallel"))
-    assert speedup > 1.5, f"planner only {speedup:.2f}x data parallel at {slowest} GB/s"
-    # on a slow network the planner prefers pipelining (fewer replicas) over data parallelism
-    assert int(pl["dp"].sel(network_GBps=slowest)) <= int(pl["dp"].sel(network_GBps=float(pl["network_GBps"].max())))
-    text = notebook_text(quick_workflow, "pipeline-planning")
-    if 3.125 in pl["network_GBps"].values:
-        at_ethernet = tput.sel(network_GBps=3.125)
-        s = float(at_ethernet.sel(approach="planner") / at_ethernet.sel(approach="data-parallel"))
-        assert f"at 25 Gb/s Ethernet (3.125 GB/s): planner {s:.2f}x data parallel" in text
-
-
 def _hashes(results):
     files = sorted(p for p in (results / "figures").rglob("*") if p.suffix in (".nc", ".png"))
     assert files

@@ -28,6 +28,8 @@ STUDIES = verify.study_names(REPO_ROOT / "config" / "config.yaml")
     (7.5, math.nan, True, "not reproduced"),
     (0.8, 0.7, True, "reproduced"),         # a slow-down, within tolerance
     (0.8, 0.3, True, "partly"),             # a slow-down, too strong
+    (0.88, 1.04, True, "not reproduced"),   # within 25% of the paper, but a saving turned into a cost
+    (0.88, 1.04, False, "not reproduced"),
 ])
 def test_verdict_follows_from_the_numbers(paper, ours, same, verdict):
     r = comparison.numeric("s", "q", "x", paper_value=paper, paper_setting="p", our_value=ours,

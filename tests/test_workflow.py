@@ -54,9 +54,9 @@ EXPECTED_DATASETS = {
         {"schedule", "op_index"},
     ),
     "pipeline-planning/planner.nc": (
-        {"network_GBps", "approach"},
+        {"bandwidth_GBps", "approach"},
         {"tokens_per_s", "dp", "pp"},
-        {"network_GBps", "approach"},
+        {"bandwidth_GBps", "approach"},
     ),
     "heterogeneous-cluster/mix.nc": (
         {"fraction", "approach", "part"},

@@ -13,7 +13,8 @@ every study,
 * **partly** -- the effect points the paper's way (same side of ``neutral``, e.g. a speed-up above 1) but
   its size is outside the tolerance, or the numbers agree but only in a setting that differs from the
   paper's (``same_setting=False``);
-* **not reproduced** -- the effect is absent or reversed, or our value is not finite.
+* **not reproduced** -- the effect is absent or reversed (whatever the size: a value close to the paper's
+  but on the other side of ``neutral`` is a reversal), or our value is not finite.
 
 A claim the paper states as a direction only (no number) is recorded with :func:`directional`: its paper value
 is empty and its verdict at best "partly". An accuracy target (an error that must stay at or below a bound, as
@@ -84,6 +85,9 @@ def judge(paper_value: float, our_value: float, *, rel_tol: float = DEFAULT_REL_
     within = abs(our_value - paper_value) <= rel_tol * abs(paper_value)
     same_way = (math.isfinite(neutral) and _side(our_value, neutral) != 0
                 and _side(our_value, neutral) == _side(paper_value, neutral))
+    if math.isfinite(neutral) and not same_way:
+        return "not reproduced", (f"the effect is absent or reversed (ours {our_value:.3g}, paper "
+                                  f"{paper_value:.3g}, no effect at {neutral:g})")
     if within and same_setting:
         return "reproduced", f"within {rel_tol:.0%} of the paper ({gap:+.0%})"
     if within:

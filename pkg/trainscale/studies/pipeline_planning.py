@@ -3,14 +3,29 @@ the exact pipeline planner on servers joined by a slow network (DAPPLE-style).""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import xarray as xr
 
-from .. import perfmodel
+from .. import comparison, perfmodel
+from .. import io as tsio
 from ..io import provenance
-from ..specs import RECOMPUTE_MODES, SpecError, resolve_model, resolve_system
+from ..specs import RECOMPUTE_MODES, PlanSpec, SpecError, resolve_model, resolve_system
+
+PAPER = "Fan et al., DAPPLE: A Pipelined Data Parallel Approach for Training Large Models (PPoPP 2021, arXiv 2007.01045)"
+OUTPUTS = ("schedules.nc", "timelines.nc", "planner.nc", "memory_limited.nc", "gantt.png",
+           "memory_vs_throughput.png", "memory_limited.png", "planner.png")
+RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 10, "runtime_full_min": 30}
+STUDY = "pipeline-planning"
+#: DAPPLE's abstract: runtime 1.6x GPipe's throughput with 12% less memory; planner up to 3.23x PipeDream's
+PAPER_SCHEDULE_SPEEDUP = 1.6
+PAPER_MEMORY_RATIO = 0.88
+PAPER_PLANNER_SPEEDUP = 3.23
+ETHERNET_GBps = 3.125  # 25 Gb/s Ethernet between servers, DAPPLE's slow cluster
+PAPER_SETTING = "DAPPLE's benchmark models on V100 servers (NVLink inside, 25 Gb/s Ethernet between)"
 
 SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
@@ -19,8 +34,6 @@ def pipeline_stage_times(model, system, pp: int, tp: int = 8, interleave: int = 
                          recompute: str = "full", flash_attention: bool = False) -> dict:
     """Per-virtual-stage times of the pipeline alone (dp = 1) for the schedules study, from
     :func:`trainscale.perfmodel.pipeline_stage_times`."""
-    from ..specs import PlanSpec
-
     plan = PlanSpec(tp=tp, pp=pp, dp=1, interleave=interleave, micro_batch=micro_batch, global_batch=micro_batch * pp,
                     recompute=recompute, sequence_parallel=tp > 1, flash_attention=flash_attention)
     return perfmodel.pipeline_stage_times(model, system, plan)
@@ -64,6 +77,7 @@ def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp:
                                                      "long_name": "peak activation memory of the most loaded GPU"}),
     }, coords=coords)
     ds["micro_batches"].attrs.update({"units": "1", "long_name": "micro-batches per step"})
+    ds["schedule"].attrs.update({"long_name": "pipeline schedule"})
     ds.attrs.update(provenance({"model": model.name, "system": system.name, "pp": pp, "tp": tp,
                                 "interleave": interleave, "micro_batches": [int(m) for m in micro_batches],
                                 "gantt_micro_batches": int(gantt_micro_batches)}))
@@ -85,8 +99,92 @@ def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp:
     tl = xr.Dataset({k: (("schedule", "op_index"), v, {"units": meta[k][0], "long_name": meta[k][1]})
                      for k, v in arrays.items()},
                     coords={"schedule": list(SCHEDULE_NAMES), "op_index": np.arange(n_ops)})
+    tl["schedule"].attrs.update({"long_name": "pipeline schedule"})
+    tl["op_index"].attrs.update({"units": "1", "long_name": "operation (sorted by device and start)"})
     tl.attrs.update(ds.attrs)
     return ds, tl
+
+
+MEMORY_SCHEDULES = ("gpipe", "1f1b")
+
+
+def _static_memory_gib(model, system, plan: PlanSpec) -> float:
+    """Per-GPU memory other than stored activations (weights, gradients, optimizer, transient, buffers, reserve)
+    of the most loaded GPU, from the performance model's memory breakdown."""
+    run = {"id": "memory", "model": model.name, "system": system.name, "gpus": plan.tp * plan.pp,
+           "plan": {"tp": plan.tp, "pp": plan.pp, "dp": 1, "micro_batch": plan.micro_batch,
+                    "global_batch": plan.global_batch, "recompute": plan.recompute,
+                    "sequence_parallel": plan.sequence_parallel, "flash_attention": plan.flash_attention}}
+    parts = perfmodel.predict(run).memory_breakdown_gib
+    return sum(v for k, v in parts.items() if k != "activations")
+
+
+def _schedule_point(model, system, plan: PlanSpec, schedule: str) -> tuple[float, float]:
+    """(tokens/s, peak memory GiB of the most loaded GPU) of one schedule at one plan."""
+    from .. import pipeline
+
+    st = perfmodel.pipeline_stage_times(model, system, plan)
+    micro_batches = plan.global_batch // plan.micro_batch
+    r = pipeline.simulate(schedule, st["fwd"], st["bwd"] + st["wgrad"], None, st["send"], st["act_bytes"],
+                          micro_batches=micro_batches)
+    memory = _static_memory_gib(model, system, plan) + float(r.peak_activation_bytes.max()) / 2**30
+    return plan.global_batch * model.seq_len / r.makespan_s, memory
+
+
+def memory_limited_schedules(model, system, pp: int, tp: int, global_batches: Sequence[int],
+                             micro_batch_sizes: Sequence[int] = (1, 2, 4, 8),
+                             reference_global_batch: int | None = None) -> xr.Dataset:
+    """DAPPLE's GPipe-vs-1F1B comparison under a memory limit: at a fixed global batch (sequences per step of
+    one pipeline), each schedule runs every micro-batch size and recompute mode; a point counts only if the most
+    loaded GPU's memory (the model's static memory + the schedule's peak stored activations: GPipe holds all
+    micro-batches in flight, 1F1B at most pp) fits the GPU. Each schedule's best fitting point is what it
+    achieves: GPipe must recompute or shrink its micro-batches where 1F1B need not."""
+    model, system = resolve_model(model), resolve_system(system)
+    reference = int(global_batches[len(global_batches) // 2]) if reference_global_batch is None \
+        else int(reference_global_batch)
+    if reference not in [int(b) for b in global_batches]:
+        raise SpecError("reference_global_batch", reference, f"expected one of global_batches {list(global_batches)}")
+    dims = ("global_batch", "schedule", "recompute", "micro_batch_size")
+    shape = (len(global_batches), len(MEMORY_SCHEDULES), len(RECOMPUTE_MODES), len(micro_batch_sizes))
+    tput, mem = np.full(shape, np.nan), np.full(shape, np.nan)
+    for i, batch in enumerate(global_batches):
+        for k, rc in enumerate(RECOMPUTE_MODES):
+            for m, mb in enumerate(micro_batch_sizes):
+                if int(batch) % int(mb):
+                    continue
+                plan = PlanSpec(tp=tp, pp=pp, dp=1, micro_batch=int(mb), global_batch=int(batch), recompute=rc,
+                                sequence_parallel=tp > 1, flash_attention=True)
+                for j, schedule in enumerate(MEMORY_SCHEDULES):
+                    tput[i, j, k, m], mem[i, j, k, m] = _schedule_point(model, system, plan, schedule)
+    fits = mem <= system.hbm_capacity_GiB
+    ds = xr.Dataset({
+        "tokens_per_s": (dims, tput, {"units": "tokens/s", "long_name": "pipeline throughput"}),
+        "memory_gib": (dims, mem, {"units": "GiB", "long_name": "memory of the most loaded GPU (static + peak "
+                                                                "stored activations of the schedule)"}),
+        "fits": (dims, fits, {"units": "1", "long_name": f"fits the GPU's {system.hbm_capacity_GiB:g} GiB"}),
+    }, coords={"global_batch": np.asarray(global_batches, dtype=np.int64), "schedule": list(MEMORY_SCHEDULES),
+               "recompute": list(RECOMPUTE_MODES), "micro_batch_size": np.asarray(micro_batch_sizes, dtype=np.int64)})
+    ds["global_batch"].attrs.update({"units": "sequences", "long_name": "global batch of one pipeline"})
+    ds["micro_batch_size"].attrs.update({"units": "sequences", "long_name": "micro-batch size"})
+    ds["schedule"].attrs.update({"long_name": "pipeline schedule"})
+    ds["recompute"].attrs.update({"long_name": "activation recomputation"})
+    ds.attrs.update(provenance({"model": model.name, "system": system.name, "pp": int(pp), "tp": int(tp),
+                                "global_batches": [int(b) for b in global_batches],
+                                "micro_batch_sizes": [int(b) for b in micro_batch_sizes],
+                                "hbm_capacity_GiB": float(system.hbm_capacity_GiB),
+                                "reference_global_batch": reference}))
+    return ds
+
+
+def best_fitting(ds: xr.Dataset) -> xr.Dataset:
+    """Per global batch and schedule: the best fitting point's throughput and memory (NaN: nothing fits)."""
+    tput = ds["tokens_per_s"].where(ds["fits"])
+    stacked = tput.stack(point=("recompute", "micro_batch_size"))
+    best = stacked.fillna(-1.0).argmax("point")
+    mem = ds["memory_gib"].stack(point=("recompute", "micro_batch_size"))
+    out = xr.Dataset({"tokens_per_s": stacked.isel(point=best).drop_vars(["point", "recompute", "micro_batch_size"]),
+                      "memory_gib": mem.isel(point=best).drop_vars(["point", "recompute", "micro_batch_size"])})
+    return out.where(np.isfinite(out["tokens_per_s"]))
 
 
 def _single_group(system, nodes: int, scale_out_GBps_per_node: float):
@@ -119,12 +217,55 @@ def pipeline_planner(model, system, nodes: int, global_batch: int, network_GBps_
         stages = min(nodes, max_stages, model.layers)
         tput[i, 2] = hetero.throughput_tokens_per_s(p, hetero.even_split_plan(p, 1, [0] * stages))
     ds = xr.Dataset({
-        "tokens_per_s": (("network_GBps", "approach"), tput, {"units": "tokens/s", "long_name": "cluster throughput"}),
-        "dp": ("network_GBps", dp_best, {"units": "1", "long_name": "planner: pipeline replicas (-1: none fits)"}),
-        "pp": ("network_GBps", pp_best, {"units": "1", "long_name": "planner: pipeline stages"}),
-    }, coords={"network_GBps": np.asarray(network_GBps_per_node, dtype=float), "approach": list(names)})
-    ds["network_GBps"].attrs.update({"units": "GB/s", "long_name": "network bandwidth per node"})
+        "tokens_per_s": (("bandwidth_GBps", "approach"), tput, {"units": "tokens/s",
+                                                                "long_name": "cluster throughput"}),
+        "dp": ("bandwidth_GBps", dp_best, {"units": "1", "long_name": "planner: pipeline replicas (-1: none fits)"}),
+        "pp": ("bandwidth_GBps", pp_best, {"units": "1", "long_name": "planner: pipeline stages"}),
+    }, coords={"bandwidth_GBps": np.asarray(network_GBps_per_node, dtype=float), "approach": list(names)})
+    ds["bandwidth_GBps"].attrs.update({"units": "GB/s", "long_name": "network bandwidth per node"})
+    ds["approach"].attrs.update({"long_name": "plan: the planner's, data parallel only, or one even pipeline"})
     ds.attrs.update(provenance({"model": model.name, "system": str(system), "nodes": int(nodes),
                                 "global_batch": int(global_batch), "max_stages": int(max_stages),
                                 "network_GBps_per_node": [float(b) for b in network_GBps_per_node]}))
     return ds
+
+
+def compare(folder) -> list[comparison.Record]:
+    """DAPPLE's three numbers against ours: 1F1B over GPipe in throughput and in memory when each runs its best
+    plan that fits the GPU (range over the swept global batches), and the planner's speed-up on 25 Gb/s
+    Ethernet (over data parallelism: PipeDream's planner, the paper's baseline, is not implemented)."""
+    folder = Path(folder)
+    lim = tsio.read_dataset(folder / "memory_limited.nc")
+    best = best_fitting(lim)
+    speed = (best["tokens_per_s"].sel(schedule="1f1b") / best["tokens_per_s"].sel(schedule="gpipe")).values
+    memory = (best["memory_gib"].sel(schedule="1f1b") / best["memory_gib"].sel(schedule="gpipe")).values
+    setting = json.loads(lim.attrs["parameters"])
+    batches = lim["global_batch"].values
+    ref = int(np.flatnonzero(batches == setting["reference_global_batch"])[0])
+    ours = (f"{setting['model']}, {setting['pp']} stages x tp {setting['tp']} on {setting['system']}, global batch "
+            f"{int(batches[ref])}; each schedule at its best fitting micro-batch size and recompute mode")
+    pl = tsio.read_dataset(folder / "planner.nc")
+    tput = pl["tokens_per_s"]
+    gain = (tput.sel(approach="planner") / tput.sel(approach="data-parallel")).values
+    bws = pl["bandwidth_GBps"].values
+    at = np.flatnonzero(np.isclose(bws, ETHERNET_GBps))
+    params = json.loads(pl.attrs["parameters"])
+    return [
+        comparison.numeric(STUDY, "1F1B / GPipe throughput under the GPU memory limit", "1",
+                           paper_value=PAPER_SCHEDULE_SPEEDUP, paper_setting=PAPER_SETTING,
+                           our_value=float(speed[ref]), our_setting=ours, same_setting=False, neutral=1.0,
+                           free_parameter="global batch", sweep=speed),
+        comparison.numeric(STUDY, "1F1B / GPipe memory under the GPU memory limit", "1",
+                           paper_value=PAPER_MEMORY_RATIO, paper_setting=PAPER_SETTING,
+                           our_value=float(memory[ref]), our_setting=ours, same_setting=False, neutral=1.0,
+                           free_parameter="global batch", sweep=memory,
+                           note="GPipe recomputes to fit, 1F1B keeps pp micro-batches' activations"),
+        comparison.numeric(STUDY, "planner speed-up on 25 Gb/s Ethernet", "1", paper_value=PAPER_PLANNER_SPEEDUP,
+                           paper_setting=PAPER_SETTING + "; over PipeDream's planner",
+                           our_value=float(gain[at[0]]) if at.size else float("nan"),
+                           our_setting=(f"{params['model']} on {params['nodes']} x {params['system']}, global batch "
+                                        f"{params['global_batch']}; over data parallelism (PipeDream's planner is "
+                                        "not implemented)"),
+                           same_setting=False, neutral=1.0, free_parameter="network bandwidth per node [GB/s]",
+                           sweep=gain),
+    ]

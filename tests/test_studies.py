@@ -26,32 +26,6 @@ def test_validation_meets_the_published_accuracy_targets(quick_workflow):
     assert ds.attrs["mape_published"] == pytest.approx(ape.mean(), rel=1e-12)
 
 
-def test_hardware_scaling_shows_the_papers_effects(quick_workflow):
-    ds = tsio.read_dataset(quick_workflow / "figures" / "hardware-scaling" / "hardware_scaling.nc")
-    per_gpu = ds["tokens_per_s_per_gpu"]
-    gpus = ds["gpus"].values
-    small, large = 128, int(gpus.max())
-    assert small in gpus and large >= 2048, "the quick grid must span 128 -> 2048 GPUs"
-    for model in ds["model"].values:
-        for system in ds["system"].values:
-            sel = per_gpu.sel(model=model, system=system)
-            fsdp = sel.sel(strategy="fsdp")
-            # diminishing returns: FSDP loses at least a fifth of its per-GPU throughput 128 -> 2048
-            drop = float(fsdp.sel(gpus=large) / fsdp.sel(gpus=small)) - 1
-            assert drop < -0.2, f"{model} on {system}: FSDP per-GPU change {drop:+.0%}"
-            # at scale FSDP falls behind TP/PP (and hybrid sharding)
-            assert float(sel.sel(strategy="tp-pp", gpus=large)) > float(fsdp.sel(gpus=large))
-            # and every strategy has lost per-GPU throughput by the largest count
-            for strategy in ds["strategy"].values:
-                assert float(sel.sel(strategy=strategy, gpus=large)) < float(sel.sel(strategy=strategy, gpus=small))
-    # newer GPUs gain less than their FLOP ratio
-    if {"dgx-a100-80gb", "dgx-h100"} <= set(ds["system"].values):
-        peak = {n: catalog.systems()[n]["peak_flops_bf16"]["value"] for n in ("dgx-a100-80gb", "dgx-h100")}
-        ratio = (per_gpu.sel(system="dgx-h100") / per_gpu.sel(system="dgx-a100-80gb")).max()
-        assert float(ratio) < peak["dgx-h100"] / peak["dgx-a100-80gb"]
-    assert "-37%" in notebook_text(quick_workflow, "hardware-scaling")
-
-
 def test_allreduce_bus_bandwidth_rises_with_message_size(quick_workflow):
     bw = tsio.read_dataset(quick_workflow / "figures" / "hardware-scaling" / "allreduce_busbw.nc")
     busbw = bw["busbw_GBps"].values

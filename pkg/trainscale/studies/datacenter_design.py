@@ -20,21 +20,38 @@ The sweeps (each a group of variables in one Dataset):
 - ``*_hbm_capacity`` and ``*_hbm_bandwidth``: model x HBM capacity / bandwidth (two-tier network,
   base domain);
 - ``*_link_bandwidth`` and ``*_link_latency``: model x network x scale-out bandwidth / latency per
-  step (base domain).
+  step (base domain);
+- ``mfu_fat_tree``: model x fat-tree oversubscription x leaf size (two-tier network, base domain), and
+  ``mfu_flat_base`` the flat network at the same point: the fat-tree's shape is a free choice (the paper's
+  two-tier network is not specified to this level here), so the flat network's gain is read over it.
+
+:func:`compare` reads Tithi et al.'s quantity, MFU at the best plan, for each of the paper's claims. The
+paper's MFU values are not carried here (its findings are used as directions: wider scale-up domains,
+FullFlat over two-tier, more HBM raise MFU), so every record is directional, and labelled as a different
+setting: a GB200-class catalog system, not the paper's modelled future systems.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import xarray as xr
 
+from .. import comparison
+from .. import io as tsio
 from .. import perfmodel
 from ..checks import check_float, check_floats, check_int
 from ..io import provenance
 from ..specs import SpecError, SystemSpec, resolve_model, resolve_system
 
+PAPER = ("Tithi et al., Scaling Intelligence: Designing Data Centers for Next-Gen Language Models "
+         "(arXiv 2506.15006, 2025)")
+OUTPUTS = ("datacenter_design.nc", "mfu_vs_domain.png", "mfu_vs_hbm.png", "fat_tree_vs_flat.png")
+RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 10, "runtime_full_min": 20}
+STUDY = "datacenter-design"
 NETWORKS = ("two-tier", "flat")
 PLAN_FIELDS = ("tp", "pp", "dp", "ep", "micro_batch", "interleave")
 
@@ -94,10 +111,11 @@ def datacenter_design(models: Sequence[str] = ("gpt3-175b", "moe-1.8t"), system:
                       domains: Sequence[int] = (8, 72, 576), base_domain: int = 72,
                       hbm_capacities_GiB: Sequence[float] = (96.0, 185.0, 288.0),
                       hbm_bandwidths_GBps: Sequence[float] = (4000.0, 8000.0, 16000.0),
-                      link_GBps: Sequence[float] = (25.0, 50.0, 100.0, 200.0),
+                      scale_out_bandwidths_GBps: Sequence[float] = (25.0, 50.0, 100.0, 200.0),
                       link_latencies_s: Sequence[float] = (1e-6, 5e-6, 20e-6),
                       leaf_gpus: int = 32, oversubscription: float = 2.0, hop_latency_s: float = 2.5e-7,
-                      rerank: int = 8) -> xr.Dataset:
+                      rerank: int = 8, leaf_gpus_sweep: Sequence[int] = (8, 32, 128),
+                      oversubscription_sweep: Sequence[float] = (1.0, 2.0, 4.0)) -> xr.Dataset:
     """MFU and throughput at the best plan across the design sweeps (module docstring)."""
     if isinstance(models, str) or not models:
         raise SpecError("models", models, "expected a non-empty list of catalog model names")
@@ -120,7 +138,12 @@ def datacenter_design(models: Sequence[str] = ("gpt3-175b", "moe-1.8t"), system:
     hop_latency_s = check_float("hop_latency_s", hop_latency_s)
     caps = check_floats("hbm_capacities_GiB", hbm_capacities_GiB, open_min=True)
     bws = check_floats("hbm_bandwidths_GBps", hbm_bandwidths_GBps, open_min=True)
-    links = check_floats("link_GBps", link_GBps, open_min=True)
+    links = check_floats("scale_out_bandwidths_GBps", scale_out_bandwidths_GBps, open_min=True)
+    leaves = [check_int("leaf_gpus_sweep", n) for n in leaf_gpus_sweep]
+    if not leaves or any(n % base.gpus_per_node for n in leaves):
+        raise SpecError("leaf_gpus_sweep", list(leaf_gpus_sweep),
+                        f"expected a non-empty list of multiples of gpus_per_node = {base.gpus_per_node}")
+    oversubs = check_floats("oversubscription_sweep", oversubscription_sweep, minimum=1.0)
     lats = check_floats("link_latencies_s", link_latencies_s)
     batches = {}
     for m in specs:
@@ -128,8 +151,8 @@ def datacenter_design(models: Sequence[str] = ("gpt3-175b", "moe-1.8t"), system:
             raise SpecError("global_batch_tokens", tokens, f"expected a multiple of {m.name}'s seq_len = {m.seq_len}")
         batches[m.name] = tokens // m.seq_len
 
-    def point(m, network, **overrides):
-        net = network_overrides(network, leaf_gpus, oversubscription, hop_latency_s)
+    def point(m, network, leaf=leaf_gpus, oversub=oversubscription, **overrides):
+        net = network_overrides(network, leaf, oversub, hop_latency_s)
         sysm = SystemSpec.from_catalog(system, {**net, **overrides})
         return best_point(m, sysm, gpus, batches[m.name], rerank)
 
@@ -154,6 +177,9 @@ def datacenter_design(models: Sequence[str] = ("gpt3-175b", "moe-1.8t"), system:
                  lambda m, n, b: point(m, n, scale_up_domain=base_domain, scale_out_GBps_per_gpu=b))
     lat = sweep(["mfu", "tokens_per_s"], [NETWORKS, lats],
                 lambda m, n, a: point(m, n, scale_up_domain=base_domain, scale_out_latency_s=a))
+    tree = sweep(["mfu"], [oversubs, leaves],
+                 lambda m, o, n: point(m, "two-tier", leaf=n, oversub=o, scale_up_domain=base_domain))
+    flat = sweep(["mfu"], [], lambda m: point(m, "flat", scale_up_domain=base_domain))
 
     D = ("model", "network", "domain")
     data = {
@@ -171,35 +197,120 @@ def datacenter_design(models: Sequence[str] = ("gpt3-175b", "moe-1.8t"), system:
                               {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
         "tokens_per_s_hbm_bandwidth": (("model", "hbm_bandwidth_GBps"), bw["tokens_per_s"],
                                        {"units": "tokens/s", "long_name": "cluster throughput"}),
-        "mfu_link_bandwidth": (("model", "network", "link_GBps"), link["mfu"],
+        "mfu_link_bandwidth": (("model", "network", "bandwidth_GBps"), link["mfu"],
                                {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
-        "tokens_per_s_link_bandwidth": (("model", "network", "link_GBps"), link["tokens_per_s"],
+        "tokens_per_s_link_bandwidth": (("model", "network", "bandwidth_GBps"), link["tokens_per_s"],
                                         {"units": "tokens/s", "long_name": "cluster throughput"}),
         "mfu_link_latency": (("model", "network", "link_latency_s"), lat["mfu"],
                              {"units": "1", "long_name": "model FLOPs utilisation at the best plan"}),
         "tokens_per_s_link_latency": (("model", "network", "link_latency_s"), lat["tokens_per_s"],
                                       {"units": "tokens/s", "long_name": "cluster throughput"}),
+        "mfu_fat_tree": (("model", "oversubscription", "leaf_gpus"), tree["mfu"],
+                         {"units": "1", "long_name": "model FLOPs utilisation at the best plan, two-tier fat-tree "
+                                                     "at the base domain"}),
+        "mfu_flat_base": (("model",), flat["mfu"],
+                          {"units": "1", "long_name": "model FLOPs utilisation at the best plan, flat network "
+                                                      "at the base domain"}),
     }
     for k in PLAN_FIELDS:
         data[f"best_{k}_domain"] = (D, dom[k].astype(np.int64), {"units": "1", "long_name": f"best plan: {k}"})
     coords = {
-        "model": [m.name for m in specs],
-        "network": list(NETWORKS),
+        "model": ("model", [m.name for m in specs], {"long_name": "model (catalog name)"}),
+        "network": ("network", list(NETWORKS), {"long_name": "scale-out network"}),
         "domain": ("domain", domains, {"units": "GPUs", "long_name": "scale-up domain size"}),
         "hbm_capacity_GiB": ("hbm_capacity_GiB", caps, {"units": "GiB", "long_name": "HBM capacity per GPU"}),
         "hbm_bandwidth_GBps": ("hbm_bandwidth_GBps", bws, {"units": "GB/s", "long_name": "HBM bandwidth per GPU"}),
-        "link_GBps": ("link_GBps", links, {"units": "GB/s", "long_name": "scale-out bandwidth per GPU"}),
+        "bandwidth_GBps": ("bandwidth_GBps", links, {"units": "GB/s", "long_name": "scale-out bandwidth per GPU"}),
         "link_latency_s": ("link_latency_s", lats, {"units": "s", "long_name": "scale-out latency per step"}),
+        "oversubscription": ("oversubscription", oversubs,
+                             {"units": "1", "long_name": "fat-tree oversubscription (leaf downlink : uplink)"}),
+        "leaf_gpus": ("leaf_gpus", leaves, {"units": "GPUs", "long_name": "GPUs under one leaf switch"}),
     }
     ds = xr.Dataset(data, coords=coords)
     params = {"models": [m.name for m in specs], "system": system, "gpus": gpus, "global_batch_tokens": tokens,
               "domains": domains, "base_domain": base_domain, "hbm_capacities_GiB": caps,
-              "hbm_bandwidths_GBps": bws, "link_GBps": links, "link_latencies_s": lats, "leaf_gpus": leaf_gpus,
-              "oversubscription": oversubscription, "hop_latency_s": hop_latency_s, "rerank": rerank}
+              "hbm_bandwidths_GBps": bws, "scale_out_bandwidths_GBps": links, "link_latencies_s": lats, "leaf_gpus": leaf_gpus,
+              "oversubscription": oversubscription, "hop_latency_s": hop_latency_s, "rerank": rerank,
+              "leaf_gpus_sweep": leaves, "oversubscription_sweep": oversubs}
     ds.attrs.update(provenance(params))
     ds.attrs["global_batch_sequences"] = [int(batches[m.name]) for m in specs]
     ds.attrs["peak_flops_bf16"] = base.peak_flops_bf16
     return ds
 
 
-__all__ = ["NETWORKS", "PLAN_FIELDS", "best_point", "datacenter_design", "design_space", "network_overrides"]
+# --------------------------------------------------------------------------- paper vs ours
+PAPER_SETTING = ("Tithi et al.: GPT-3 175B and a GPT-4-like 1.8T MoE on modelled future systems (an extended "
+                 "Calculon), scale-up domain 8 -> 72 -> 576, two-tier vs FullFlat optical network; MFU at the best "
+                 "plan. The paper's findings are read as directions (their MFU values are not carried here)")
+
+
+def _setting(ds: xr.Dataset, what: str) -> str:
+    p = json.loads(ds.attrs["parameters"])
+    return (f"{what}; {p['system']}-class catalog system, {p['gpus']} GPUs, {p['global_batch_tokens'] / 2**20:g}M "
+            f"tokens per step, fat-tree {p['leaf_gpus']} GPUs per leaf at {p['oversubscription']:g}:1; "
+            f"MoE shape assumed (catalog moe-1.8t)")
+
+
+def _domain_record(ds: xr.Dataset, model: str) -> comparison.Record:
+    mfu = ds["mfu_domain"].sel(model=model)
+    lo, hi = int(ds["domain"].min()), int(ds["domain"].max())
+    ratios = (mfu.sel(domain=hi) / mfu.sel(domain=lo)).values
+    return comparison.directional(
+        STUDY, f"{model}: MFU at scale-up domain {hi} over domain {lo} (two-tier network)", "x", paper_direction=1,
+        paper_setting=PAPER_SETTING, our_value=float(ratios[ds["network"].values.tolist().index("two-tier")]),
+        our_setting=_setting(ds, "best plan at every domain"), neutral=1.0,
+        free_parameter="scale-out network (two-tier, flat)", sweep=ratios,
+        note="the paper's systems are not ours; the record checks the direction only")
+
+
+def _flat_record(ds: xr.Dataset, model: str) -> comparison.Record:
+    p = json.loads(ds.attrs["parameters"])
+    base = ds["mfu_domain"].sel(model=model, domain=p["base_domain"])
+    ours = float(base.sel(network="flat") / base.sel(network="two-tier"))
+    tree = ds["mfu_fat_tree"].sel(model=model)
+    over_tree = (ds["mfu_flat_base"].sel(model=model) / tree).values.ravel()
+    bw = ds["mfu_link_bandwidth"].sel(model=model)
+    lat = ds["mfu_link_latency"].sel(model=model)
+    dom = ds["mfu_domain"].sel(model=model)
+    others = [(x.sel(network="flat") / x.sel(network="two-tier")).values.ravel() for x in (bw, lat, dom)]
+    sweep = np.concatenate([over_tree, *others])
+    o, n = ds["oversubscription"].values, ds["leaf_gpus"].values
+    leaf_spread = float(np.nanmax(tree.max("leaf_gpus") - tree.min("leaf_gpus")))
+    leaf_note = ("; the leaf size changes no MFU here (the best plans' scale-out groups span several leaves at "
+                 "every leaf size swept)" if leaf_spread == 0 else "")
+    return comparison.directional(
+        STUDY, f"{model}: MFU on the flat network over the two-tier fat-tree (domain {p['base_domain']})", "x",
+        paper_direction=1, paper_setting=PAPER_SETTING, our_value=ours,
+        our_setting=_setting(ds, f"same NIC bandwidth per GPU on both networks, domain {p['base_domain']}"),
+        neutral=1.0, sweep=sweep,
+        free_parameter=(f"fat-tree oversubscription {o.min():g}-{o.max():g}:1 and leaf size {n.min()}-{n.max()} "
+                        f"GPUs; scale-out bandwidth {float(ds['bandwidth_GBps'].min()):g}-"
+                        f"{float(ds['bandwidth_GBps'].max()):g} GB/s; latency; scale-up domain"),
+        note=("at 1:1 oversubscription the fat-tree differs from the flat network only by two hops of latency, "
+              "so the low end of the range is the no-effect point" + leaf_note))
+
+
+def _hbm_record(ds: xr.Dataset, model: str) -> comparison.Record:
+    mfu = ds["mfu_hbm_capacity"].sel(model=model)
+    lo, hi = float(ds["hbm_capacity_GiB"].min()), float(ds["hbm_capacity_GiB"].max())
+    ratio = float(mfu.sel(hbm_capacity_GiB=hi) / mfu.sel(hbm_capacity_GiB=lo))
+    p = json.loads(ds.attrs["parameters"])
+    return comparison.directional(
+        STUDY, f"{model}: MFU at {hi:g} GiB HBM over {lo:g} GiB", "x", paper_direction=1,
+        paper_setting=PAPER_SETTING, our_value=ratio, neutral=1.0,
+        our_setting=_setting(ds, f"two-tier network, domain {p['base_domain']}, best plan at each capacity"),
+        note="the capacity range is ours, not the paper's")
+
+
+def compare(folder) -> list[comparison.Record]:
+    """Paper-vs-ours records from ``datacenter_design.nc`` in ``folder``: per model, the MFU gain from the
+    smallest to the largest scale-up domain, the flat network's MFU over the two-tier fat-tree (with its range
+    over the fat-tree's shape, bandwidth, latency and domain), and the MFU gain from more HBM capacity."""
+    ds = tsio.read_dataset(Path(folder) / "datacenter_design.nc")
+    models = ds["model"].values.tolist()
+    return ([_domain_record(ds, m) for m in models] + [_flat_record(ds, m) for m in models]
+            + [_hbm_record(ds, m) for m in models])
+
+
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "NETWORKS", "PLAN_FIELDS", "best_point", "compare", "datacenter_design",
+           "design_space", "network_overrides"]

@@ -40,3 +40,31 @@ def test_a_dataset_never_fitted_is_judged_on_its_own_error(tmp_path):
 def test_a_missing_cross_validation_is_not_reproduced(tmp_path):
     records = synthetic(tmp_path, {"nemo-hopper": [0.01]}, {})
     assert records["nemo-hopper"].verdict == "not reproduced"
+
+
+def test_every_variable_and_coordinate_is_described():
+    """The dataset the notebook saves (public runs, no vTrain): long_name everywhere, units on numbers."""
+    from trainscale.validation import validation_dataset
+
+    ds = validation_dataset(None)
+    for name in list(ds.data_vars) + list(ds.coords):
+        assert ds[name].attrs.get("long_name"), name
+        if ds[name].dtype.kind in "biuf":
+            assert ds[name].attrs.get("units"), name
+    assert ds.sizes["run"] > 0 and np.isfinite(ds["rel_error"].values).all()
+
+
+@pytest.mark.workflow
+def test_quick_workflow_writes_described_outputs(quick_workflow):
+    from trainscale import comparison
+
+    folder = quick_workflow / "figures" / "validation"
+    for name in study.OUTPUTS:
+        assert (folder / name).stat().st_size > 0, name
+    ds = tsio.read_dataset(folder / "validation.nc")
+    for name in list(ds.data_vars) + list(ds.coords):
+        assert ds[name].attrs.get("long_name"), name
+        if ds[name].dtype.kind in "biuf":
+            assert ds[name].attrs.get("units"), name
+    written = comparison.read_records(folder / comparison.RECORDS_FILE)
+    assert comparison.diff_records(study.compare(folder), written) == []

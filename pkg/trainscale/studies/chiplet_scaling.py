@@ -18,17 +18,30 @@ model API (:func:`trainscale.chiplet.step_costs_grid`, whose formulas live in
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 from collections.abc import Sequence
 
 import numpy as np
 import xarray as xr
 
 from .. import chiplet as C
+from .. import comparison
+from .. import io as tsio
 from ..checks import check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_model
 
-__all__ = ["chiplet_scaling"]
+__all__ = ["chiplet_scaling", "compare", "PAPER", "OUTPUTS", "RESOURCES"]
+
+PAPER = "Huang et al., Hecaton: Training and Finetuning LLMs with Scalable Chiplet Systems (arXiv 2407.05784)"
+OUTPUTS = ("chiplet_scaling.nc", "compute_comm_ratio.png", "throughput.png", "energy.png", "gain.png",
+           "step_breakdown.png")
+RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 10, "runtime_full_min": 20}
+STUDY = "chiplet-scaling"
+#: Hecaton's abstract: 4.98x performance and 2.35x energy reduction against Megatron TP on Llama2-70B
+PAPER_SPEEDUP, PAPER_ENERGY_REDUCTION = 4.98, 2.35
+PAPER_SETTING = "Llama2-70B on Hecaton's chiplet packages, 2D scheme vs Megatron 1D TP (Huang et al.)"
 
 _META = {  # variable: (units, long_name)
     "compute_s": ("s", "compute time per step (FLOPs / achievable FLOP/s)"),
@@ -112,12 +125,46 @@ def chiplet_scaling(model: str = "llama2-70b", chiplets: Sequence[str] = ("hecat
                       {"units": "1", "long_name": "parameters of the transformer layers"})
     data["flops_per_step"] = (("side",), flops_total[0, 0],
                               {"units": "FLOP", "long_name": "FLOPs per step, whole mesh"})
+    catalog_shapes = [C.weak_scaled_model(spec, s, s, tokens) for s in sides]  # the model itself on each mesh
+    catalog = [C.step_costs_grid(side_arr, catalog_shapes, hw) for hw in hws]
+    cat_step = np.stack([g["step_s"] for g in catalog])
+    cat_energy = np.stack([g["energy_J"] for g in catalog])
+    data["speedup_2d_catalog_shape"] = (
+        ("chiplet", "side"), cat_step[:, one_d] / cat_step[:, two_d],
+        {"units": "1", "long_name": f"step time 1D TP / 2D, {spec.name} at its catalog shape on this mesh "
+                                    "(the reference side swept)"})
+    data["energy_reduction_2d_catalog_shape"] = (
+        ("chiplet", "side"), cat_energy[:, one_d] / cat_energy[:, two_d],
+        {"units": "1", "long_name": f"energy 1D TP / 2D, {spec.name} at its catalog shape on this mesh"})
     ds = xr.Dataset(data, coords={"chiplet": list(chiplets), "scheme": list(C.SCHEMES), "side": side_arr,
                                   "chiplets": ("side", n_chiplets)})
     ds["side"].attrs.update({"units": "1", "long_name": "mesh side n (n x n chiplets)"})
     ds["chiplets"].attrs.update({"units": "1", "long_name": "chiplets N = n^2"})
-    ds["chiplet"].attrs.update({"units": "1", "long_name": "chiplet package (catalog name)"})
-    ds["scheme"].attrs.update({"units": "1", "long_name": "tensor-parallel scheme"})
+    ds["chiplet"].attrs.update({"long_name": "chiplet package (catalog name)"})
+    ds["scheme"].attrs.update({"long_name": "tensor-parallel scheme"})
     ds.attrs.update(provenance({"model": spec.name, "chiplets": list(chiplets), "mesh_sides": sides,
                                 "reference_side": reference_side, "tokens_per_step": tokens}))
     return ds
+
+
+def compare(folder) -> list[comparison.Record]:
+    """Hecaton's 4.98x speed-up and 2.35x energy reduction against ours for Llama2-70B (the model at its catalog
+    shape) on the configured reference mesh, per chiplet package; the paper's mesh size is not carried, so the
+    range over every mesh side (the reference side swept) is recorded."""
+    ds = tsio.read_dataset(Path(folder) / "chiplet_scaling.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    ref = int(setting["reference_side"])
+    records = []
+    for chip in ds["chiplet"].values.tolist():
+        ours = (f"{setting['model']} on a {ref} x {ref} mesh of {chip} (the paper's mesh size is not carried here: "
+                f"reference side assumed), {setting['tokens_per_step']} tokens per step")
+        for var, quantity, paper in (("speedup_2d_catalog_shape", "2D / 1D TP speed-up", PAPER_SPEEDUP),
+                                     ("energy_reduction_2d_catalog_shape", "1D TP / 2D energy", PAPER_ENERGY_REDUCTION)):
+            values = ds[var].sel(chiplet=chip)
+            at_ref = float(values.sel(side=ref)) if ref in ds["side"].values else float("nan")
+            records.append(comparison.numeric(
+                STUDY, f"{quantity}, {chip}", "1", paper_value=paper, paper_setting=PAPER_SETTING,
+                our_value=at_ref, our_setting=ours, same_setting=False, neutral=1.0,
+                free_parameter="mesh side holding the model at its catalog shape (reference side)",
+                sweep=values.values))
+    return records

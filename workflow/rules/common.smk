@@ -44,6 +44,10 @@ def study_outputs(study, files):
     return [f"{study_dir(study)}/{name}" for name in files]
 
 
+def study_notebook(study):
+    return f"notebooks/{study}.ipynb"
+
+
 def published_notebook(study):
     """The executed notebook for readers, beside the figures (outputs kept, timestamps dropped)."""
     return f"{study_dir(study)}/{study}.ipynb"

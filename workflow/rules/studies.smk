@@ -11,7 +11,9 @@ PAPERMILL = (
     'papermill --kernel python3 --cwd "$PWD" --no-progress-bar '
     "{input.notebook:q} {log:q} -y {params.notebook:q}"
 )
-RUN_AND_PUBLISH = f"{PAPERMILL} && trainscale publish-notebook {{log:q}} {{output.notebook:q}}"
+RUN_AND_PUBLISH = (
+    f"{PAPERMILL} && trainscale publish-notebook {{log:q}} {{output.notebook:q}}"
+)
 
 
 for study in STUDIES:

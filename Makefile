@@ -6,6 +6,7 @@
 #   make figures        run every study (workflow/Snakefile) in full mode
 #   make figures-quick  the same with small grids (what CI runs)
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
+#   make unlock         release the workflow's lock after a killed run (snakemake --unlock; safe when none runs)
 #   make verify         check every study's paper comparison on the committed datasets (seconds)
 #   make gallery        rewrite the README's paper-vs-ours table from figures/*/comparison.csv
 #   make report         one HTML page with every figure and both tables -> results/report.html
@@ -25,11 +26,11 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
 export PATH := $(VENV_BIN):$(PATH)
 
-.PHONY: all setup test test-all figures figures-quick sweeps verify gallery report bench lab lint clean help
+.PHONY: all setup test test-all figures figures-quick sweeps unlock verify gallery report bench lab lint clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '3,16p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,17p' $(firstword $(MAKEFILE_LIST))
 
 all: test
 
@@ -65,6 +66,12 @@ figures-quick: $(STAMP)
 
 sweeps: $(STAMP)
 	MPLBACKEND=Agg $(VENV)/bin/snakemake sweeps --cores all --snakefile workflow/Snakefile
+
+# A run killed mid-way (SIGKILL, a lost node) leaves .snakemake/locks behind and the next run stops with
+# "Directory cannot be locked"; --unlock removes the lock (it refuses nothing and runs no job). Stale
+# temporary files of interrupted writes are removed by the next write of the same output (trainscale.io).
+unlock: $(STAMP)
+	$(VENV)/bin/snakemake --unlock --cores 1 --snakefile workflow/Snakefile
 
 verify: $(STAMP)
 	$(VENV)/bin/trainscale verify

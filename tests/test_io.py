@@ -181,3 +181,28 @@ def test_git_commit_clean_and_dirty(tmp_path, monkeypatch):
     assert tsio.git_commit(tmp_path) == head
     (tmp_path / "a.txt").write_text("b")
     assert tsio.git_commit(tmp_path / "a.txt") == head + "-dirty"
+
+
+def test_stale_temporary_files_of_a_killed_write_are_removed(tmp_path):
+    """A write killed before its move (SIGKILL) leaves `.<name>.<host>.<pid>.<random>.tmp`; the next write of
+    the same output removes it when its process is gone (or the file has the older name), never a live
+    writer's file or another output's."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    host = socket.gethostname().replace(".", "_")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".x.nc.{host}.{dead_pid}.abcd1234.tmp"
+    legacy = tmp_path / ".x.nc.k2j3h4g5.tmp"  # the name before host and pid were in it
+    live = tmp_path / f".x.nc.{host}.{os.getpid()}.live0000.tmp"
+    other = tmp_path / f".y.nc.{host}.{dead_pid}.abcd1234.tmp"
+    for path in (stale, legacy, live, other):
+        path.write_bytes(b"")
+    tsio.write_dataset(example_dataset(), tmp_path / "x.nc")
+    assert not stale.exists() and not legacy.exists()
+    assert live.exists() and other.exists()
+    assert temp_files(tmp_path) == sorted([live.name, other.name])

@@ -10,7 +10,6 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-import yaml
 
 DATA = resources.files("trainscale") / "data"
 
@@ -21,8 +20,9 @@ def data_path(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def _yaml(name: str) -> dict:
-    with open(data_path(name), encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    from .inputs import load_yaml  # strict: a catalog entry given twice is an error, not an override
+
+    return load_yaml(data_path(name))
 
 
 def systems() -> dict:

@@ -45,13 +45,31 @@ SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
+# `plan` simulates the chosen pipeline micro-batch by micro-batch (memory and time grow with the count)
+PLAN_SIMULATED_MICRO_BATCHES = 2**20
+TOP_MAX = 1000  # `search --top`: plans re-priced by simulation and printed
+
+
 class CLIError(Exception):
     """An input error reported as one line with exit status 2."""
 
 
 # --------------------------------------------------------------------------- helpers
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """One line, at most ``inputs.MAX_MESSAGE`` characters (``...`` marks a cut)."""
+    from .inputs import one_line
+
+    return one_line(text)
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _progress(iterable, total: int | None = None, desc: str = ""):
+    from .progress import progress
+
+    return progress(iterable, total, desc)
 
 
 def _clean(obj: Any) -> Any:
@@ -112,18 +130,11 @@ def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = No
 
 
 def _load_yaml(path: str) -> Any:
-    import yaml
+    """A YAML file read strictly: duplicate keys, deep nesting and alias bombs are errors
+    (:func:`trainscale.inputs.load_yaml`)."""
+    from .inputs import load_yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise CLIError(f"{path}: no such file" if not p.exists() else f"{path}: not a file")
-    try:
-        with open(p, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise CLIError(f"{path}: malformed YAML: {_one_line(exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CLIError(f"{path}: cannot read: {_one_line(exc)}") from None
+    return load_yaml(path)
 
 
 def _run_dicts(doc: Any, path: str) -> list:
@@ -142,8 +153,10 @@ def _run_dicts(doc: Any, path: str) -> list:
 
 
 def _build_runs(run_dicts: list) -> list:
+    from .inputs import check_unique_ids, plausibility_warnings
     from .specs import RunSpec, SpecError
 
+    check_unique_ids([str(d["id"]) for d in run_dicts if isinstance(d, Mapping) and "id" in d], "id", "runs")
     runs = []
     for i, d in enumerate(run_dicts):
         try:
@@ -153,21 +166,31 @@ def _build_runs(run_dicts: list) -> list:
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             run_id = d.get("id", i) if isinstance(d, Mapping) else i
             raise CLIError(f"run {str(run_id)!r}: invalid input: {_one_line(exc)}") from None
+    for run in runs:
+        for warning in plausibility_warnings(run.system):
+            _warn(f"run {run.id!r}: {warning}")
     return runs
 
 
 # --------------------------------------------------------------------------- commands
 def cmd_predict(args) -> int:
     from . import perfmodel
+    from .inputs import check_finite
+    from .specs import SpecError
 
     run_dicts = _run_dicts(_load_yaml(args.runs), args.runs)
     runs = _build_runs(run_dicts)
     results = []
-    for run in runs:
+    for run in _progress(runs, len(runs), "predict") if len(runs) > 1 else runs:
         try:
-            results.append((run, perfmodel.predict(run).as_dict()))
-        except (ValueError, TypeError, ZeroDivisionError) as exc:
+            result = perfmodel.predict(run).as_dict()
+        except SpecError:
+            raise
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError, FloatingPointError) as exc:
             raise CLIError(f"run {run.id!r}: prediction failed: {_one_line(exc)}") from None
+        if result.get("fits"):
+            check_finite(result, where=f"run {run.id!r}")
+        results.append((run, result))
     if args.json:
         _dump_json([r for _, r in results])
         return 0
@@ -242,30 +265,35 @@ def cmd_search(args) -> int:
         model = resolve_model({**{k: v for k, v in model.__dict__.items() if k != "name"}, "name": model.name,
                                "seq_len": args.seq_len}, where="--seq-len")
     system = resolve_system(_spec_arg(args.system, "system"), where="--system")
+    from .inputs import check_finite, plausibility_warnings
+
+    for warning in plausibility_warnings(system):
+        _warn(f"--system: {warning}")
     fixed = _fixed_fields(args.fix)
     knobs = [k for part in (args.search or []) for k in part.split(",") if k]
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
     grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
-                                    stack=args.stack)
+                                    stack=args.stack, progress=_progress)
     evaluated = int(grid["step_time_s"].size)
     feasible = int(grid["fits"].values.sum())
     best = []
-    for entry in ranked:  # the same fields as predict, plus the plan
+    for entry in _progress(ranked, len(ranked), "predict"):  # the same fields as predict, plus the plan
         run = RunSpec(id=f"rank-{len(best) + 1}", model=model, system=system,
                       plan=perfmodel.plan_from_grid_entry(entry["plan"], args.global_batch))
-        best.append({"plan": entry["plan"], **perfmodel.predict(run).as_dict()})
+        result = perfmodel.predict(run).as_dict()
+        check_finite(result, where=f"plan of rank {len(best) + 1}")
+        best.append({"plan": entry["plan"], **result})
     if args.json:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1),
-                    "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best})
+                    "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best,
+                    **({} if best else {"reason": _no_plan_reason(grid, args)})})
         return 0
     print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch}")
     print(f"plans evaluated: {evaluated}, feasible: {feasible}")
     if not best:
-        structural = int(np.isfinite(grid["step_time_s"].values).sum())
-        print("no plan fits in memory" if structural else
-              "no valid plan: no tp x pp x cp split in the space divides the GPUs and the batch")
+        print(_no_plan_reason(grid, args))
         return 0
     rows = []
     for rank, entry in enumerate(best, 1):
@@ -278,13 +306,30 @@ def cmd_search(args) -> int:
     return 0
 
 
+def _no_plan_reason(grid, args) -> str:
+    """Why a search found nothing: no plan fits in memory, or no split of the GPUs exists at all."""
+    if np.isfinite(grid["step_time_s"].values).any():
+        return "no plan fits in memory"
+    return (f"no valid plan: no tp x pp x cp x dp split of the space divides {args.gpus} GPUs and a global batch "
+            f"of {args.global_batch} (no plan was priced, so none was too big for memory)")
+
+
 def cmd_plan(args) -> int:
     from . import hetero
 
+    from .inputs import check_finite, plausibility_warnings
+
     doc = _load_yaml(args.cluster)
     cluster = hetero.Cluster.from_dict(doc, where=args.cluster)
+    for group in cluster.groups:
+        for warning in plausibility_warnings(group.system):
+            _warn(f"{args.cluster} group {group.name!r}: {warning}")
     problem = hetero.problem(args.model, cluster, args.global_batch, max_stages=args.max_stages)
     best = hetero.plan(problem)
+    if best is not None and best.micro_batches > PLAN_SIMULATED_MICRO_BATCHES:
+        raise CLIError(f"--global-batch = {args.global_batch} is invalid; the best plan runs {best.micro_batches:,} "
+                       f"micro-batches per replica, the pipeline simulation at most {PLAN_SIMULATED_MICRO_BATCHES:,} "
+                       f"(a global batch up to {PLAN_SIMULATED_MICRO_BATCHES * best.dp:,} with dp {best.dp})")
     if best is None:
         result = {"model": args.model, "global_batch": args.global_batch, "fits": False,
                   "reason": "no plan fits in the cluster's memory"}
@@ -296,6 +341,7 @@ def cmd_plan(args) -> int:
                   "bubble_fraction": simulated.bubble_fraction,
                   "tokens_per_s": problem.global_batch * problem.model.seq_len / step,
                   "gradient_sync_s": best.sync_s, "stages": best.describe(cluster)}
+        check_finite(result, where=args.cluster)
     if args.json:
         _dump_json(result)
         return 0
@@ -537,6 +583,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _bounded_int(maximum: int):
+    def parse(text: str) -> int:
+        value = _positive_int(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"expected a positive integer up to {maximum}, got {text!r}")
+        return value
+
+    return parse
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error in the CLI's one-line format (exit 2), without the
     usage block: ``trainscale <command>: error: <what is wrong>`` (``--help`` shows the usage)."""
@@ -566,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")
-    p.add_argument("--top", type=_positive_int, default=5, help="plans to show (default 5)")
+    p.add_argument("--top", type=_bounded_int(TOP_MAX), default=5, help=f"plans to show (default 5, at most {TOP_MAX})")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -639,6 +695,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, CLIError) as exc:
         print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # e.g. `trainscale models | head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

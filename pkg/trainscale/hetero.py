@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
-import yaml
 
 from . import perfmodel
 from .kernels import layout as K
@@ -146,8 +145,9 @@ class Cluster:
 
     @classmethod
     def from_yaml(cls, path) -> "Cluster":
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(yaml.safe_load(fh), where=str(path))
+        from .inputs import load_yaml  # strict: duplicate keys, deep nesting and alias bombs refused
+
+        return cls.from_dict(load_yaml(path), where=str(path))
 
 
 # --------------------------------------------------------------------------- stage costs

@@ -20,11 +20,14 @@ Determinism notes (checked by ``tests/test_io.py``):
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["provenance", "git_commit", "write_dataset", "read_dataset", "save_figure"]
+__all__ = ["provenance", "git_commit", "write_dataset", "read_dataset", "save_figure", "remove_stale_temporaries"]
 
 NETCDF_ENGINE = "h5netcdf"
 
@@ -154,11 +157,60 @@ def _for_netcdf(ds: xr.Dataset) -> xr.Dataset:
     return ds
 
 
+STALE_FOREIGN_TMP_S = 24 * 3600  # a temporary file of another host is stale after a day
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # exists (another user's), or cannot tell: keep its file
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove temporary files that an interrupted write of ``path`` left next to it; return them.
+
+    Writes go to ``.<name>.<host>.<pid>.<random>.tmp`` and are moved into place; a process killed
+    mid-write (SIGKILL, a node lost) leaves its file behind. A leftover is stale when its process is
+    gone (same host), when it is older than a day (another host: a shared file system), or when it has
+    the older name without host and pid. A live writer's file is never touched.
+    """
+    path = Path(path)
+    host = socket.gethostname().replace(".", "_")
+    removed = []
+    try:
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        middle = tmp.name[len(path.name) + 2: -len(".tmp")].split(".")
+        try:
+            if len(middle) == 3 and middle[1].isdigit():
+                if middle[0] == host:
+                    stale = not _pid_alive(int(middle[1]))
+                else:
+                    stale = time.time() - tmp.stat().st_mtime > STALE_FOREIGN_TMP_S
+            else:  # the name mkstemp gave before host and pid were in it
+                stale = len(middle) == 1
+            if stale:
+                tmp.unlink()
+                removed.append(tmp)
+        except (OSError, ValueError):
+            continue
+    return removed
+
+
 def _atomic_target(path: str | os.PathLike) -> tuple[Path, Path]:
-    """Create the parent folder and an empty temporary file next to ``path``."""
+    """Create the parent folder and an empty temporary file next to ``path`` (named after this host
+    and process, so that the next write can remove it if this process is killed before the move)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale_temporaries(path)
+    host = socket.gethostname().replace(".", "_")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{host}.{os.getpid()}.", suffix=".tmp")
     os.close(fd)
     # mkstemp creates the file 0600; give the final file the usual permissions (umask applied).
     umask = os.umask(0)

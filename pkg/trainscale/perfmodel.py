@@ -511,20 +511,21 @@ RERANK_CANDIDATES = 32
 
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
-           stack: str = DEFAULT_STACK) -> tuple[xr.Dataset, list[dict]]:
+           stack: str = DEFAULT_STACK, progress=None) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
     are then re-priced by :func:`predict`, which simulates their pipelines, and re-ranked. Returns
     ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their predicted
-    step time (simulated), the closed form's, throughput, MFU and memory.
+    step time (simulated), the closed form's, throughput, MFU and memory. ``progress`` (optional)
+    wraps the re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal.
     """
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
     grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack, **space)
     candidates = rank(grid, max(top, rerank))
-    for entry in candidates:
+    for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
         entry["plan"]["stack"] = stack
         run = RunSpec(id="search", model=model, system=system,
                       plan=plan_from_grid_entry(entry["plan"], global_batch))
@@ -538,10 +539,13 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
 
 def canonical_plan(plan: Mapping) -> tuple:
     """A key equal for plans that are the same plan: ``shard_group`` 0 and ``dp`` (or any shard
-    group without ZeRO), TP overlap without sequence parallelism, per-tensor fetches without ZeRO-3."""
+    group without ZeRO), TP overlap without sequence parallelism, sequence parallelism without tensor
+    parallelism (tp 1: no TP group to split the sequence over), per-tensor fetches without ZeRO-3."""
     p = dict(plan)
     if p.get("zero", 0) == 0 or p.get("shard_group", 0) in (0, p.get("dp")):
         p["shard_group"] = 0
+    if p.get("tp", 1) == 1:
+        p["sequence_parallel"] = False
     if not p.get("sequence_parallel"):
         p["tp_comm_overlap"] = False
     if p.get("zero", 0) != 3:

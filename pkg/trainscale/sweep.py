@@ -89,7 +89,9 @@ def evaluate_units(spec: Mapping, work: Sequence[tuple[str, int, int]]) -> xr.Da
     spec = check_spec(spec)
     coords = _coords(spec)
     parts = []
-    for system, gpus, tp in work:
+    from .progress import progress  # a bar on a terminal, nothing under the workflow
+
+    for system, gpus, tp in progress(work, len(work), "sweep units"):
         axes = {name: coords[name] for name in AXES}
         grid = perfmodel.evaluate_grid(spec["model"], system, gpus, spec["global_batch"], tp=[tp], **axes)
         parts.append(grid[list(SWEEP_VARS)].isel(tp=0, drop=True))

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import yaml
 
 from . import comparison
 from .studies import registry
@@ -29,7 +28,9 @@ FIGURES_END = "<!-- figure-gallery:end -->"
 
 def study_names(config_path: str | Path = "config/config.yaml") -> list[str]:
     """The studies of the workflow's config, in its order."""
-    config = yaml.safe_load(Path(config_path).read_text(encoding="utf-8"))
+    from .inputs import load_yaml  # strict: a duplicated study key is an error, not a silent override
+
+    config = load_yaml(config_path)
     return list(config["studies"])
 
 

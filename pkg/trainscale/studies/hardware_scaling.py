@@ -1,14 +1,16 @@
-"""Study-level sweeps: each returns the xarray Dataset that one study's figures are drawn from.
+"""hardware-scaling: Fernandez et al. 2024 (arXiv 2411.13055), Llama-2 models on growing GPU counts at a fixed
+global batch, comparing the paper's parallelisation strategies, each at its best plan found by the performance
+model's search (:func:`trainscale.perfmodel.search` over the strategy's plan space):
 
-``hardware_scaling`` follows Fernandez et al. 2024 (arXiv 2411.13055): Llama-2-style models on
-growing GPU counts at a fixed global batch (in tokens), comparing parallelisation strategies,
-each at its best plan found by the performance model's grid search:
+- ``fsdp``: fully sharded data parallelism (ZeRO-3 over all GPUs), PyTorch-FSDP flat layer gathers with
+  prefetch overlap;
+- ``hsdp``: hybrid sharding, ZeRO-3 inside a group of nodes and data-parallel replicas across groups;
+- ``tp-pp``: tensor parallelism inside the node, pipeline parallelism across nodes, data parallelism with a
+  sharded optimizer (Megatron-style 3D parallelism).
 
-- ``fsdp``: fully sharded data parallelism (ZeRO-3 over all GPUs), PyTorch-FSDP flat layer
-  gathers with prefetch overlap;
-- ``hsdp``: hybrid sharding, ZeRO-3 inside each node and data-parallel replicas across nodes;
-- ``tp-pp``: tensor parallelism inside the node, pipeline parallelism across nodes, data
-  parallelism with a sharded optimizer (Megatron-style 3D parallelism).
+None of them splits a sequence (no context parallelism: the paper's strategies do not), so a fixed batch with
+fewer sequences than data-parallel ranks has no plan. FlashAttention is offered only where it runs (Ampere and
+newer); a V100 runs plain attention.
 """
 
 from __future__ import annotations
@@ -23,21 +25,42 @@ import xarray as xr
 from .. import comparison, perfmodel
 from .. import io as tsio
 from ..io import provenance
-from ..specs import RECOMPUTE_MODES, STACKS, SpecError, resolve_model, resolve_system
+from ..specs import RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
 
 PAPER = ("Fernandez et al., Hardware Scaling Trends and Diminishing Returns in Large-Scale Distributed Training "
          "(arXiv 2411.13055)")
-OUTPUTS = ("hardware_scaling.nc", "throughput_per_gpu.png", "mfu.png", "total_throughput.png", "energy_per_token.png",
-           "power_per_gpu.png", "allreduce_busbw.nc", "allreduce_busbw.png")
-RESOURCES = {"mem_mb": 4000, "runtime_quick_min": 15, "runtime_full_min": 120}
+OUTPUTS = ("hardware_scaling.nc", "batch_sweep.nc", "throughput_per_gpu.png", "mfu.png", "total_throughput.png",
+           "energy_per_token.png", "power_per_gpu.png", "allreduce_busbw.nc", "allreduce_busbw.png")
+RESOURCES = {"mem_mb": 4000, "runtime_quick_min": 10, "runtime_full_min": 30}
 STUDY = "hardware-scaling"
-#: STUDIES.md: FSDP's per-GPU throughput from 128 to 2048 GPUs, about -37% (approximate, second-hand)
-PAPER_FSDP_CHANGE = -0.37
+
 PAPER_GPUS = (128, 2048)
 PAPER_SYSTEM = "dgx-h100"
-PAPER_SETTING = "Llama-2 7B-70B on up to 2048 H100 GPUs, FSDP / HSDP / TP-PP at a fixed global batch (Fernandez et al.)"
+PAPER_SETTING = "Llama-2 up to 70B on 128 -> 2048 H100 GPUs at a fixed global batch (Fernandez et al.)"
+#: STUDIES.md: FSDP's per-GPU throughput from 128 to 2048 GPUs, about -37% (approximate, second-hand)
+PAPER_FSDP_CHANGE = -0.37
+#: second-hand (a published summary of the paper, not its text): power per GPU -5.87% from 128 to 2048 GPUs,
+#: MFU 59.67% on A100 and 40.77% on H100
+SECOND_HAND = "second-hand: a published summary of the paper, not read from its text"
+PAPER_POWER_CHANGE = -0.0587
+PAPER_MFU = {"dgx-a100-80gb": 0.5967, "dgx-h100": 0.4077}
 
 STRATEGIES = ("fsdp", "hsdp", "tp-pp")
+#: accelerator generations without FlashAttention (its kernels need Ampere or newer)
+NO_FLASH_GENERATIONS = ("volta",)
+FLOATS = {
+    "step_time_s": ("s", "step time"),
+    "tokens_per_s": ("tokens/s", "cluster throughput"),
+    "tokens_per_s_per_gpu": ("tokens/s", "throughput per GPU"),
+    "mfu": ("1", "model FLOPs utilisation"),
+    "power_W_per_gpu": ("W", "accelerator power per GPU"),
+    "energy_J_per_token": ("J/token", "accelerator energy per token"),
+    "memory_gib_per_gpu": ("GiB", "memory of the most loaded GPU"),
+    "compute_s": ("s", "step time: compute and recomputation on the critical stage"),
+    "exposed_comm_s": ("s", "step time: communication not hidden behind compute"),
+}
+PLAN_INTS = ("tp", "pp", "dp", "micro_batch", "flash_attention", "recompute")
+SWEPT = ("tokens_per_s_per_gpu", "mfu", "power_W_per_gpu", "energy_J_per_token", "exposed_comm_s", "fits")
 
 
 def _pow2_upto(n: int) -> list[int]:
@@ -45,19 +68,18 @@ def _pow2_upto(n: int) -> list[int]:
 
 
 def strategy_space(strategy: str, model, system, gpus: int, global_batch: int) -> dict:
-    """The plan axes a strategy may choose from (its best plan is searched within them)."""
+    """The plan axes a strategy may choose from (its best plan is searched within them): whole sequences only
+    (``cp`` 1), FlashAttention where the GPU runs it."""
     micro = [b for b in (1, 2, 4, 8, 16) if b <= global_batch]
-    common = {"micro_batch": micro, "recompute": list(RECOMPUTE_MODES), "flash_attention": [1],
-              "overlap_grad_reduce": [1]}
-    # sharded data parallelism may split sequences over a node's GPUs (context parallelism)
-    # once the fixed global batch has fewer sequences than there are GPUs
-    cp = [c for c in _pow2_upto(system.gpus_per_node) if model.seq_len % c == 0]
+    flash = [0] if system.generation in NO_FLASH_GENERATIONS else [1]
+    common = {"micro_batch": micro, "recompute": list(RECOMPUTE_MODES), "flash_attention": flash,
+              "overlap_grad_reduce": [1], "cp": [1]}
     if strategy == "fsdp":
-        return {**common, "cp": cp, "zero": [3], "shard_group": [0]}
+        return {**common, "zero": [3], "shard_group": [0]}
     if strategy == "hsdp":  # shard over one node, or a few when a node cannot hold the states
         node = system.gpus_per_node
         shard = [node * k for k in (1, 2, 4, 8) if gpus > node * k]
-        return {**common, "cp": cp, "zero": [3], "shard_group": shard or [0]}
+        return {**common, "zero": [3], "shard_group": shard or [0]}
     if strategy == "tp-pp":
         tp = [t for t in _pow2_upto(system.gpus_per_node) if model.heads % t == 0 and model.kv_heads % t == 0]
         pp = [p for p in _pow2_upto(min(gpus, model.layers)) if gpus % p == 0]
@@ -65,11 +87,7 @@ def strategy_space(strategy: str, model, system, gpus: int, global_batch: int) -
     raise SpecError("strategy", strategy, f"expected one of {', '.join(STRATEGIES)}")
 
 
-def hardware_scaling(models: Sequence[str], systems: Sequence[str], gpus: Sequence[int],
-                     strategies: Sequence[str] = STRATEGIES, global_batch_tokens: int = 4 * 2**20,
-                     stack: str = "fsdp") -> xr.Dataset:
-    """Best plan per (model, system, strategy, GPU count) at a fixed global batch in tokens, every plan run by
-    the software ``stack`` (the paper's: PyTorch, ``fsdp``; its fitted efficiency is the performance model's)."""
+def _check(models, systems, gpus, strategies, global_batch_tokens, stack) -> None:
     if stack not in STACKS:
         raise SpecError("stack", stack, f"expected one of {', '.join(STACKS)}")
     if int(global_batch_tokens) <= 0:
@@ -80,52 +98,70 @@ def hardware_scaling(models: Sequence[str], systems: Sequence[str], gpus: Sequen
     for g in gpus:
         if int(g) < 1:
             raise SpecError("gpus", g, "expected positive integers")
+    for name in models:
+        seq = resolve_model(name).seq_len
+        if int(global_batch_tokens) % seq:
+            raise SpecError("global_batch_tokens", global_batch_tokens, f"must be a multiple of {name}'s seq_len = {seq}")
+
+
+def best_plan(model, system, gpus: int, global_batch: int, strategy: str, stack: str) -> dict | None:
+    """The strategy's fastest plan that fits (``perfmodel.search``, pipelines simulated), with its step
+    breakdown (compute vs exposed communication) from ``perfmodel.predict``; None if no plan fits."""
+    space = strategy_space(strategy, model, system, gpus, global_batch)
+    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=space, stack=stack)
+    if not ranked:
+        return None
+    best = ranked[0]
+    run = RunSpec(id="best", model=model, system=system,
+                            plan=perfmodel.plan_from_grid_entry(best["plan"], global_batch))
+    parts = perfmodel.predict(run).breakdown
+    best["compute_s"] = parts["compute"] + parts["recompute"]
+    best["exposed_comm_s"] = sum(parts[k] for k in ("tp_comm", "cp_comm", "pp_comm", "dp_comm"))
+    return best
+
+
+def _plan_value(plan: dict, name: str) -> int:
+    if name == "recompute":
+        return RECOMPUTE_MODES.index(plan["recompute"])
+    return int(plan.get(name, 1))
+
+
+def hardware_scaling(models: Sequence[str], systems: Sequence[str], gpus: Sequence[int],
+                     strategies: Sequence[str] = STRATEGIES, global_batch_tokens: int = 8 * 2**20,
+                     stack: str = "fsdp") -> xr.Dataset:
+    """Best plan per (model, system, strategy, GPU count) at a fixed global batch in tokens, every plan run by
+    the software ``stack`` (the paper's: PyTorch, ``fsdp``; its fitted efficiency is the performance model's)."""
+    _check(models, systems, gpus, strategies, global_batch_tokens, stack)
     shape = (len(models), len(systems), len(strategies), len(gpus))
-    floats = {name: np.full(shape, np.nan) for name in (
-        "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "power_W_per_gpu",
-        "energy_J_per_token", "memory_gib_per_gpu")}
-    ints = {name: np.full(shape, -1, dtype=np.int64) for name in ("tp", "pp", "dp", "cp", "micro_batch")}
+    floats = {name: np.full(shape, np.nan) for name in FLOATS}
+    ints = {name: np.full(shape, -1, dtype=np.int64) for name in PLAN_INTS}
     fits = np.zeros(shape, dtype=bool)
     for i, model_name in enumerate(models):
         model = resolve_model(model_name)
-        if global_batch_tokens % model.seq_len:
-            raise SpecError("global_batch_tokens", global_batch_tokens,
-                            f"must be a multiple of {model.name}'s seq_len = {model.seq_len}")
-        batch = global_batch_tokens // model.seq_len
+        batch = int(global_batch_tokens) // model.seq_len
         for j, system_name in enumerate(systems):
             system = resolve_system(system_name)
             for k, strategy in enumerate(strategies):
                 for g, n in enumerate(gpus):
-                    space = strategy_space(strategy, model, system, int(n), batch)
-                    grid = perfmodel.evaluate_grid(model, system, int(n), batch, stack=stack, **space)
-                    best = perfmodel.rank(grid, 1)
-                    if not best:
+                    best = best_plan(model, system, int(n), batch, strategy, stack)
+                    if best is None:
                         continue
-                    b = best[0]
                     idx = (i, j, k, g)
                     fits[idx] = True
-                    floats["step_time_s"][idx] = b["step_time_s"]
-                    floats["tokens_per_s"][idx] = b["tokens_per_s"]
-                    floats["tokens_per_s_per_gpu"][idx] = b["tokens_per_s"] / n
-                    floats["mfu"][idx] = b["mfu"]
-                    floats["memory_gib_per_gpu"][idx] = b["memory_gib_per_gpu"]
-                    floats["power_W_per_gpu"][idx] = b["power_W_per_gpu"]
-                    floats["energy_J_per_token"][idx] = b["energy_J_per_token"]
-                    for name in ints:
-                        ints[name][idx] = b["plan"].get(name, 1)
+                    for name in FLOATS:
+                        floats[name][idx] = best["tokens_per_s"] / int(n) if name == "tokens_per_s_per_gpu" \
+                            else best[name]
+                    for name in PLAN_INTS:
+                        ints[name][idx] = _plan_value(best["plan"], name)
+    return _grid_dataset(models, systems, strategies, gpus, floats, ints, fits, global_batch_tokens, stack)
+
+
+def _grid_dataset(models, systems, strategies, gpus, floats, ints, fits, global_batch_tokens, stack) -> xr.Dataset:
     dims = ("model", "system", "strategy", "gpus")
-    meta = {
-        "step_time_s": ("s", "step time"),
-        "tokens_per_s": ("tokens/s", "cluster throughput"),
-        "tokens_per_s_per_gpu": ("tokens/s", "throughput per GPU"),
-        "mfu": ("1", "model FLOPs utilisation"),
-        "power_W_per_gpu": ("W", "accelerator power per GPU"),
-        "energy_J_per_token": ("J/token", "accelerator energy per token"),
-        "memory_gib_per_gpu": ("GiB", "memory of the most loaded GPU"),
-    }
-    data = {name: (dims, arr, {"units": meta[name][0], "long_name": meta[name][1]}) for name, arr in floats.items()}
+    data = {name: (dims, arr, {"units": FLOATS[name][0], "long_name": FLOATS[name][1]}) for name, arr in floats.items()}
     for name, arr in ints.items():
-        data[name] = (dims, arr, {"units": "1", "long_name": f"best plan: {name.replace('_', ' ')} (-1: none fits)"})
+        what = f"0-2: {', '.join(RECOMPUTE_MODES)}" if name == "recompute" else name.replace("_", " ")
+        data[name] = (dims, arr, {"units": "1", "long_name": f"best plan: {what} (-1: none fits)"})
     data["fits"] = (dims, fits, {"units": "1", "long_name": "a plan of this strategy fits in memory"})
     ds = xr.Dataset(data, coords={"model": list(models), "system": list(systems), "strategy": list(strategies),
                                   "gpus": np.asarray(gpus, dtype=np.int64)})
@@ -135,9 +171,31 @@ def hardware_scaling(models: Sequence[str], systems: Sequence[str], gpus: Sequen
     ds["strategy"].attrs.update({"long_name": "parallelisation strategy"})
     ds["peak_flops_per_gpu"] = ("system", [resolve_system(n).peak_flops_bf16 for n in systems],
                                 {"units": "FLOP/s", "long_name": "peak dense 16-bit FLOP/s per GPU (catalog)"})
+    ds["global_batch_sequences"] = ("model", [int(global_batch_tokens) // resolve_model(m).seq_len for m in models],
+                                    {"units": "1", "long_name": "global batch in sequences"})
     ds.attrs.update(provenance({"models": list(models), "systems": list(systems), "gpus": [int(g) for g in gpus],
                                 "strategies": list(strategies), "global_batch_tokens": int(global_batch_tokens),
                                 "stack": stack}))
+    return ds
+
+
+def batch_sweep(models: Sequence[str], systems: Sequence[str], gpus: Sequence[int], strategies: Sequence[str],
+                batches_tokens: Sequence[int], stack: str = "fsdp") -> xr.Dataset:
+    """:func:`hardware_scaling` at each fixed global batch (the paper's size is a free choice here), the
+    variables the comparison reads, along ``global_batch_tokens``."""
+    if not len(batches_tokens):
+        raise SpecError("batch_sweep_tokens", list(batches_tokens), "expected at least one batch")
+    parts = [hardware_scaling(models, systems, gpus, strategies, int(b), stack)[list(SWEPT)]
+             for b in batches_tokens]
+    ds = xr.concat(parts, dim="global_batch_tokens", combine_attrs="drop")
+    for name in ds.variables:
+        if name in parts[0].variables:
+            ds[name].attrs = dict(parts[0][name].attrs)
+    ds = ds.assign_coords(global_batch_tokens=np.asarray(batches_tokens, dtype=np.int64))
+    ds["global_batch_tokens"].attrs.update({"units": "tokens", "long_name": "fixed global batch"})
+    ds.attrs.update(provenance({"models": list(models), "systems": list(systems), "gpus": [int(g) for g in gpus],
+                                "strategies": list(strategies),
+                                "batch_sweep_tokens": [int(b) for b in batches_tokens], "stack": stack}))
     return ds
 
 
@@ -164,58 +222,168 @@ def allreduce_busbw(systems: Sequence[str], nodes: Sequence[int], message_bytes:
     return ds
 
 
+# --------------------------------------------------------------------------- paper vs ours
 def _finite(values) -> np.ndarray:
     values = np.asarray(values, dtype=float).ravel()
     return values[np.isfinite(values)]
 
 
-def compare(folder) -> list[comparison.Record]:
-    """The paper's three findings against the saved grid: FSDP's per-GPU throughput change from 128 to 2048 GPUs
-    (on H100, median over the models; range over models and systems), TP/PP ahead of FSDP at 2048 GPUs, and a
-    newer GPU's per-GPU gain below its peak-FLOP ratio (H100 over A100)."""
-    ds = tsio.read_dataset(Path(folder) / "hardware_scaling.nc")
-    setting = json.loads(ds.attrs["parameters"])
-    per_gpu = ds["tokens_per_s_per_gpu"]
-    g0, g1 = PAPER_GPUS
-    ours = (f"{', '.join(setting['models'])} on the {setting['stack']} stack at a fixed "
-            f"{setting['global_batch_tokens'] / 2**20:g}M-token batch (the paper's batch is not known here: assumed)")
+def _median(values) -> float:
+    values = _finite(values)
+    return float(np.median(values)) if values.size else float("nan")
+
+
+def _change(var: xr.DataArray, g0: int, g1: int) -> xr.DataArray:
+    """Relative change of ``var`` from ``g0`` to ``g1`` GPUs."""
+    return var.sel(gpus=g1) / var.sel(gpus=g0) - 1
+
+
+def _load(folder) -> tuple[xr.Dataset, xr.Dataset, xr.Dataset, dict]:
+    folder = Path(folder)
+    ds = tsio.read_dataset(folder / "hardware_scaling.nc")
+    sweep = tsio.read_dataset(folder / "batch_sweep.nc")
+    bw = tsio.read_dataset(folder / "allreduce_busbw.nc")
     grid = ds["gpus"].values.tolist()
-    if g0 not in grid or g1 not in grid:
-        raise ValueError(f"hardware_scaling.nc: gpus {grid} lacks the paper's {g0} and {g1}: no comparison")
-    fsdp = per_gpu.sel(strategy="fsdp")
-    change = fsdp.sel(gpus=g1) / fsdp.sel(gpus=g0) - 1
-    cp = ds["cp"].sel(strategy="fsdp", gpus=g1, system=PAPER_SYSTEM).values
-    cliff = (f"FSDP's best plan at {g1} GPUs splits sequences (context parallelism "
-             f"{', '.join(str(int(c)) for c in cp)}: the batch has fewer sequences than GPUs)")
-    if g1 // 2 in grid:
-        before = float(np.median(_finite((fsdp.sel(gpus=g1 // 2) / fsdp.sel(gpus=g0) - 1).sel(system=PAPER_SYSTEM))))
-        cliff = f"at {g1 // 2} GPUs the change is {before:+.0%}; " + cliff
-    tp_pp = (per_gpu.sel(strategy="tp-pp", gpus=g1) / fsdp.sel(gpus=g1))
-    gain = None
-    if {"dgx-h100", "dgx-a100-80gb"} <= set(ds["system"].values.tolist()):
-        peak = ds["peak_flops_per_gpu"]
-        gain = (per_gpu.sel(system="dgx-h100") / per_gpu.sel(system="dgx-a100-80gb")) / float(
-            peak.sel(system="dgx-h100") / peak.sel(system="dgx-a100-80gb"))
-    records = [
+    if not set(PAPER_GPUS) <= set(grid) or not set(PAPER_GPUS) <= set(sweep["gpus"].values.tolist()):
+        raise ValueError(f"hardware_scaling.nc: gpus {grid} lacks the paper's {PAPER_GPUS[0]} and {PAPER_GPUS[1]}: "
+                         f"no comparison")
+    if PAPER_SYSTEM not in ds["system"].values.tolist():
+        raise ValueError(f"hardware_scaling.nc: systems lack the paper's {PAPER_SYSTEM}: no comparison")
+    return ds, sweep, bw, json.loads(ds.attrs["parameters"])
+
+
+def _unsplittable(sweep: xr.Dataset, strategy: str) -> str:
+    """The swept batches at which the strategy has no plan on the paper's largest GPU count."""
+    fits = sweep["fits"].sel(strategy=strategy, gpus=PAPER_GPUS[1], system=PAPER_SYSTEM).any("model")
+    missing = [f"{b / 2**20:g}M" for b, ok in zip(sweep["global_batch_tokens"].values, fits.values) if not ok]
+    if not missing:
+        return ""
+    return (f"at {', '.join(missing)} tokens {strategy} has no plan on {PAPER_GPUS[1]} GPUs: fewer sequences than "
+            f"data-parallel ranks, and the paper's strategies do not split sequences (context parallelism)")
+
+
+def _hinge(ds: xr.Dataset) -> str:
+    """Where FSDP's fall happens on the paper's system: per model, the change to g1 and the share of it left at
+    g1 / 2, with the exposed communication at g1."""
+    g0, g1 = PAPER_GPUS
+    fsdp = ds.sel(strategy="fsdp", system=PAPER_SYSTEM)
+    change = _change(fsdp["tokens_per_s_per_gpu"], g0, g1)
+    exposed = (fsdp["exposed_comm_s"] / fsdp["step_time_s"]).sel(gpus=g1)
+    half = g1 // 2 if g1 // 2 in ds["gpus"].values.tolist() else None
+    parts = []
+    for model in ds["model"].values.tolist():
+        text = f"{model} {float(change.sel(model=model)):+.0%}"
+        if half is not None:
+            text += f" ({float(_change(fsdp['tokens_per_s_per_gpu'], g0, half).sel(model=model)):+.0%} at {half})"
+        parts.append(text + f", exposed communication {float(exposed.sel(model=model)):.0%} of the step at {g1}")
+    return ("per model: " + "; ".join(parts) + ". The model's FSDP decline is a hinge, not the paper's gradual "
+            "fall: gathers stay hidden until a GPU's share of the batch computes faster than FSDP's per-step "
+            "communication")
+
+
+def _scaling_records(ds, sweep, ours) -> list[comparison.Record]:
+    g0, g1 = PAPER_GPUS
+    per_gpu, swept = ds["tokens_per_s_per_gpu"], sweep["tokens_per_s_per_gpu"]
+    fsdp = _change(per_gpu.sel(strategy="fsdp", system=PAPER_SYSTEM), g0, g1)
+    best = _change(per_gpu.sel(system=PAPER_SYSTEM).max("strategy"), g0, g1)
+    note = "; ".join(filter(None, [_hinge(ds), _unsplittable(sweep, "fsdp")]))
+    return [
         comparison.numeric(
             STUDY, f"FSDP per-GPU throughput change, {g0} -> {g1} GPUs", "1", paper_value=PAPER_FSDP_CHANGE,
-            paper_setting=PAPER_SETTING + " (about -37%, approximate)",
-            our_value=float(np.median(_finite(change.sel(system=PAPER_SYSTEM)))), same_setting=False, neutral=0.0,
-            our_setting=ours + f"; {PAPER_SYSTEM}, median over the models",
-            free_parameter="model and system", sweep=_finite(change),
-            note=cliff),
+            paper_setting=PAPER_SETTING + ", FSDP (about -37%, approximate)", our_value=_median(fsdp),
+            same_setting=False, neutral=0.0, our_setting=ours + f"; {PAPER_SYSTEM}, FSDP, median over the models",
+            free_parameter="model, system and global batch",
+            sweep=_finite(_change(swept.sel(strategy="fsdp"), g0, g1)), note=note),
+        comparison.directional(
+            STUDY, f"best strategy's per-GPU throughput change, {g0} -> {g1} GPUs", "1", paper_direction=-1,
+            paper_setting=PAPER_SETTING + ": returns diminish even with the best strategy",
+            our_value=_median(best), neutral=0.0,
+            our_setting=ours + f"; {PAPER_SYSTEM}, the fastest of {', '.join(ds['strategy'].values)}, median over "
+            "the models", free_parameter="model, system and global batch",
+            sweep=_finite(_change(swept.max("strategy"), g0, g1))),
         comparison.directional(
             STUDY, f"TP/PP over FSDP per-GPU throughput at {g1} GPUs", "1", paper_direction=1,
             paper_setting=PAPER_SETTING + ": model parallelism becomes preferable at scale",
-            our_value=float(np.median(_finite(tp_pp.sel(system=PAPER_SYSTEM)))), neutral=1.0,
-            our_setting=ours + f"; {PAPER_SYSTEM}, median over the models", free_parameter="model and system",
-            sweep=_finite(tp_pp)),
+            our_value=_median(per_gpu.sel(strategy="tp-pp", gpus=g1, system=PAPER_SYSTEM)
+                              / per_gpu.sel(strategy="fsdp", gpus=g1, system=PAPER_SYSTEM)), neutral=1.0,
+            our_setting=ours + f"; {PAPER_SYSTEM}, median over the models (where FSDP has a plan)",
+            free_parameter="model, system and global batch",
+            sweep=_finite(swept.sel(strategy="tp-pp", gpus=g1) / swept.sel(strategy="fsdp", gpus=g1)), note=note),
     ]
-    if gain is not None:
+
+
+def _hardware_records(ds, sweep, ours) -> list[comparison.Record]:
+    records = []
+    systems = ds["system"].values.tolist()
+    if "dgx-a100-80gb" in systems:
+        peak = ds["peak_flops_per_gpu"]
+        flops = float(peak.sel(system=PAPER_SYSTEM) / peak.sel(system="dgx-a100-80gb"))
+        gain = lambda d: d["tokens_per_s_per_gpu"].sel(system=PAPER_SYSTEM) / d["tokens_per_s_per_gpu"].sel(  # noqa: E731
+            system="dgx-a100-80gb") / flops
         records.append(comparison.directional(
             STUDY, "H100 / A100 per-GPU throughput over their peak-FLOP ratio", "1", paper_direction=-1,
             paper_setting=PAPER_SETTING + ": newer GPUs gain less than their FLOP ratio",
-            our_value=float(np.median(_finite(gain))), neutral=1.0,
+            our_value=_median(gain(ds)), neutral=1.0,
             our_setting=ours + "; median over models, strategies and GPU counts",
-            free_parameter="model, strategy and GPU count", sweep=_finite(gain)))
+            free_parameter="model, strategy, GPU count and global batch", sweep=_finite(gain(sweep))))
+    for system, paper_mfu in PAPER_MFU.items():
+        if system not in systems:
+            continue
+        records.append(comparison.numeric(
+            STUDY, f"MFU on {system}", "1", paper_value=paper_mfu,
+            paper_setting=f"Fernandez et al.'s measured MFU on {system.removeprefix('dgx-')} ({SECOND_HAND}; "
+            "model and GPU count of that number not known here)",
+            our_value=_median(ds["mfu"].sel(system=system, strategy="fsdp")), same_setting=False,
+            our_setting=ours + f"; {system}, FSDP, median over models and GPU counts",
+            free_parameter="model, strategy, GPU count and global batch",
+            sweep=_finite(sweep["mfu"].sel(system=system)),
+            note="MFU is the performance model's level (its fitted GEMM efficiency; issue 10's calibration), "
+                 "not set by this study"))
     return records
+
+
+def _power_records(ds, sweep, bw, ours) -> list[comparison.Record]:
+    g0, g1 = PAPER_GPUS
+    fsdp = ds.sel(strategy="fsdp", system=PAPER_SYSTEM)
+    energy = fsdp["energy_J_per_token"].sel(gpus=g1) / fsdp["energy_J_per_token"].sel(gpus=g0)
+    swept_energy = sweep["energy_J_per_token"].sel(gpus=g1) / sweep["energy_J_per_token"].sel(gpus=g0)
+    multi = [int(n) for n in bw["nodes"].values if n > 1]  # across the network, as the paper's 4-512-node scan
+    if len(multi) < 2:
+        raise ValueError(f"allreduce_busbw.nc: nodes {bw['nodes'].values.tolist()} has fewer than two multi-node "
+                         "counts: no comparison")
+    n0, n1 = min(multi), max(multi)
+    busbw = bw["busbw_GBps"].sel(nodes=n1) / bw["busbw_GBps"].sel(nodes=n0)
+    return [
+        comparison.numeric(
+            STUDY, f"FSDP power per GPU change, {g0} -> {g1} GPUs", "1", paper_value=PAPER_POWER_CHANGE,
+            paper_setting=PAPER_SETTING + f", FSDP ({SECOND_HAND})",
+            our_value=_median(_change(fsdp["power_W_per_gpu"], g0, g1)), same_setting=False, neutral=0.0,
+            our_setting=ours + f"; {PAPER_SYSTEM}, FSDP, median over the models",
+            free_parameter="model, system, strategy and global batch",
+            sweep=_finite(_change(sweep["power_W_per_gpu"], g0, g1))),
+        comparison.directional(
+            STUDY, f"FSDP energy per token, {g1} over {g0} GPUs", "1", paper_direction=1,
+            paper_setting=PAPER_SETTING + ": poorer marginal performance per unit of power at scale",
+            our_value=_median(energy), neutral=1.0,
+            our_setting=ours + f"; {PAPER_SYSTEM}, FSDP, median over the models",
+            free_parameter="model, system, strategy and global batch", sweep=_finite(swept_energy)),
+        comparison.directional(
+            STUDY, f"all-reduce bus bandwidth, {n1} over {n0} nodes", "1", paper_direction=-1,
+            paper_setting="Fernandez et al.'s NCCL all-reduce scan: bus bandwidth falls as nodes are added",
+            our_value=_median(busbw.sel(system=PAPER_SYSTEM)), neutral=1.0,
+            our_setting=f"ring all-reduce priced by the performance model; {PAPER_SYSTEM}, median over message sizes",
+            free_parameter="system and message size", sweep=_finite(busbw)),
+    ]
+
+
+def compare(folder) -> list[comparison.Record]:
+    """The paper's findings against the saved grids: per-GPU throughput from 128 to 2048 GPUs (FSDP's number, the
+    best strategy's direction), TP/PP over FSDP at 2048 GPUs, H100 over A100 against their FLOP ratio, MFU,
+    power and energy per token with scale, and the all-reduce bus bandwidth over nodes. Headline values at the
+    dataset's batch on H100; ranges over models, systems and the swept global batch."""
+    ds, sweep, bw, setting = _load(folder)
+    seqs = sorted(set(ds["global_batch_sequences"].values.tolist()))
+    ours = (f"{', '.join(setting['models'])} on the {setting['stack']} stack at a fixed "
+            f"{setting['global_batch_tokens'] / 2**20:g}M-token batch ({'/'.join(map(str, seqs))} sequences; "
+            "the paper's batch size is not carried here)")
+    return _scaling_records(ds, sweep, ours) + _hardware_records(ds, sweep, ours) + _power_records(ds, sweep, bw, ours)

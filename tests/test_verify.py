@@ -154,3 +154,27 @@ def test_readme_table_is_generated_from_the_records():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     expected = verify.update_readme(readme, REPO_ROOT / "figures", REPO_ROOT / "config" / "config.yaml")
     assert expected == readme, "the README's generated gallery or comparison table is stale: run make gallery"
+
+
+def test_notebook_parameters_are_checked_against_the_config_schema():
+    schema = REPO_ROOT / "config" / "schema.yaml"
+    good = {"vtrain_dir": "pkg/trainscale/data/vtrain", "include_vtrain_single": False, "output_dir": "x"}
+    registry.check_notebook_parameters("validation", good, schema)
+    with pytest.raises(registry.ConfigError, match=r"^notebook parameter include_vtrain_single: 'badvalue' is not of"):
+        registry.check_notebook_parameters("validation", {**good, "include_vtrain_single": "badvalue"}, schema)
+    with pytest.raises(registry.ConfigError, match="notebook parameter include_vtrain_single: missing"):
+        registry.check_notebook_parameters("validation", {"vtrain_dir": "x"}, schema)
+
+
+@pytest.mark.workflow
+def test_a_wrong_papermill_parameter_stops_the_notebook_with_one_line(tmp_path):
+    import subprocess
+
+    from conftest import BIN_DIR
+
+    proc = subprocess.run([str(BIN_DIR / "papermill"), "-k", "python3", "--cwd", str(REPO_ROOT),
+                           str(REPO_ROOT / "notebooks" / "validation.ipynb"), str(tmp_path / "out.ipynb"),
+                           "-p", "include_vtrain_single", "badvalue", "-p", "output_dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert "notebook parameter include_vtrain_single: 'badvalue' is not of type 'boolean'" in proc.stdout + proc.stderr

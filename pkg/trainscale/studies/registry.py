@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping
 
 from ..comparison import RECORDS_FILE
 
-__all__ = ["StudyInfo", "module_name", "load", "load_all", "validate_config", "ConfigError"]
+__all__ = ["StudyInfo", "module_name", "load", "load_all", "validate_config", "check_notebook_parameters",
+           "ConfigError"]
 
 REQUIRED = ("PAPER", "OUTPUTS", "RESOURCES", "compare")
 RESOURCE_KEYS = ("mem_mb", "runtime_quick_min", "runtime_full_min")
@@ -120,18 +121,50 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any]) -> Non
         subschema = {"$defs": schema["$defs"], "$ref": f"#/$defs/params/{study}"}
         validator = Draft202012Validator(subschema)
         for mode, values in modes.items():
-            errors = sorted(validator.iter_errors(values), key=lambda e: list(e.path))
-            if errors:
-                err = errors[0]
-                field = _where(err.path)
-                message = err.message
-                if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-                    known = sorted(err.schema.get("properties", {}))
-                    unknown = sorted(set(err.instance) - set(known))
-                    field = ".".join(filter(None, [field, unknown[0] if unknown else ""]))
-                    message = f"unknown parameter; valid: {', '.join(known)}"
-                raise ConfigError(f"config: studies.{study}.{mode}.{field or '(parameters)'}: "
-                                  f"{message}")
+            problem = _first_error(validator, values)
+            if problem:
+                raise ConfigError(f"config: studies.{study}.{mode}.{problem[0] or '(parameters)'}: {problem[1]}")
+
+
+def _first_error(validator, values) -> tuple[str, str] | None:
+    """(field, message) of the first schema violation of one parameter set, or None."""
+    errors = sorted(validator.iter_errors(values), key=lambda e: list(e.path))
+    if not errors:
+        return None
+    err = errors[0]
+    field, message = _where(err.path), err.message
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        known = sorted(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(known))
+        field = ".".join(filter(None, [field, unknown[0] if unknown else ""]))
+        message = f"unknown parameter; valid: {', '.join(known)}"
+    return field, message if len(message) <= 300 else message[:297] + "..."
+
+
+def check_notebook_parameters(study: str, namespace: Mapping[str, Any],
+                              schema_path: str | Path = "config/schema.yaml") -> None:
+    """A study notebook's parameters (as papermill or a user set them) against the same schema the workflow's
+    config is checked with (``$defs/params/<study>``): a value of the wrong type or out of range raises
+    ConfigError with one line naming the parameter (``papermill -p include_vtrain_single badvalue`` is not
+    taken as true). Call it in the notebook's first code cell with ``globals()``."""
+    from jsonschema import Draft202012Validator
+
+    path = Path(schema_path)
+    if not path.is_file():  # outside the repository (a copied notebook): nothing to check against
+        return
+    schema = schema_from_file(path)
+    params = schema.get("$defs", {}).get("params", {})
+    if study not in params:
+        raise ConfigError(f"study {study!r}: {path} has no $defs/params/{study}")
+    names = set(params[study].get("properties", {}))
+    values = {name: namespace[name] for name in names if name in namespace}
+    validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/params/{study}"})
+    problem = _first_error(validator, values)
+    if problem and problem[0]:
+        raise ConfigError(f"notebook parameter {problem[0]}: {problem[1]}")
+    missing = sorted(set(params[study].get("required", ())) - set(values))
+    if missing:
+        raise ConfigError(f"notebook parameter {missing[0]}: missing (the notebook's parameters cell defines it)")
 
 
 def schema_from_file(path: str | Path) -> dict:

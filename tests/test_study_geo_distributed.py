@@ -72,6 +72,18 @@ def test_convergence_proxy_is_consistent():
     assert conv["bits_ratio"].values[1] < 0.2
 
 
+def test_crossing_step_interpolates_between_evaluations():
+    steps = [0, 25, 50]
+    # halfway in log-loss between 1.0 (step 0) and 0.25 (step 25) is 0.5, at step 12.5
+    assert geo.crossing_step(steps, [1.0, 0.25, 0.1], 0.5) == pytest.approx(12.5)
+    assert geo.crossing_step(steps, [1.0, 0.25, 0.1], 0.25) == pytest.approx(25.0)
+    assert geo.crossing_step(steps, [1.0, 0.25, 0.1], 2.0) == 0.0
+    assert np.isnan(geo.crossing_step(steps, [1.0, 0.25, 0.1], 0.05))
+    # a run that misses the target by 0.1% at one evaluation is not charged the whole interval
+    late = geo.crossing_step(steps, [1.0, 0.2502, 0.1], 0.25)
+    assert 25.0 < late < 26.0
+
+
 # ------------------------------------------------------------------ on the quick workflow's outputs
 
 @pytest.mark.workflow

@@ -1,0 +1,207 @@
+"""The curtailment simulator (trainscale.curtailment): the controller's events on hand-worked traces, the energy
+and emissions integrals, the trace generator's statistics, and one-line errors for bad trace files."""
+
+import numpy as np
+import pytest
+import xarray as xr
+from trainscale import curtailment as C
+from trainscale.specs import SpecError
+
+SLOT = C.SLOT_S
+LOW, HIGH = 50.0, 400.0
+
+
+def trace(*rows):
+    """A trace from per-site lists of 5-minute values."""
+    data = np.asarray(rows, dtype=float).T
+    time = np.datetime64("2026-01-01T00:00", "ns") + np.arange(data.shape[0]) * np.timedelta64(300, "s")
+    return C._trace_dataset(data, time, [f"s{i}" for i in range(data.shape[1])])
+
+
+def run(tr, target=1e9, step_s=1.0, sync=(0.0, 0.0, 30.0, 30.0), policy=C.PAPER_POLICY, train_W=2000.0, idle_W=500.0):
+    S = tr.sizes["site"]
+    return C.run_policy(tr, policy, [step_s] * S, [train_W] * S, [idle_W] * S, target, list(sync)[: S + 1])
+
+
+def first(states, value):
+    idx = np.flatnonzero(states == value)
+    return int(idx[0]) if idx.size else None
+
+
+def test_start_after_provisioning_and_hysteresis_stop():
+    # below for 30 min, then above: provisioning at 0 s, training at 240 s, stop 600 s after going above
+    r = run(trace([LOW] * 6 + [HIGH] * 6))
+    st = r["states"][0]
+    assert st[0] == 1 and first(st, 2) == 24  # 240 s / 10 s polls
+    assert first(st[1:], 0) + 1 == (1800 + 600) // 10  # off at 2400 s
+    np.testing.assert_allclose(r["train_s"][0], 2400 - 240)
+    np.testing.assert_allclose(r["idle_s"][0], 240)  # provisioning at idle power
+    assert r["starts"][0] == 1 and np.isnan(r["end_s"])  # target not reached
+
+
+def test_short_excursion_above_does_not_stop():
+    # a 5-minute spike above (< 600 s) is bridged; a 15-minute one is not
+    bridged = run(trace([LOW] * 3 + [HIGH] + [LOW] * 3 + [HIGH] * 4))
+    assert bridged["starts"][0] == 1
+    assert np.all(bridged["states"][0][24: (7 * 300 + 600) // 10] == 2)
+    broken = run(trace([LOW] * 3 + [HIGH] * 3 + [LOW] * 3 + [HIGH] * 4))
+    assert broken["starts"][0] == 2
+    st = broken["states"][0]
+    assert st[(900 + 600) // 10] == 0 and st[1800 // 10] == 1  # stopped, then provisioning again
+
+
+def test_lone_site_trains_without_rounds():
+    r = run(trace([LOW] * 12, [HIGH] * 12))
+    assert r["rounds"] == 0 and r["sync_s"] == 0
+    assert r["starts"].tolist() == [1, 0]
+    np.testing.assert_allclose(r["train_s"][0], 12 * 300 - 240)
+    assert r["energy_J"][1] == 0
+
+
+def test_round_ends_after_600_s_with_an_average():
+    # two sites from t = 0: training at 240 s, rounds of 600 s each followed by a 30 s average
+    r = run(trace([LOW] * 12, [LOW] * 12))
+    # rounds end at polls t = 240 + 630 k + 600: 840, 1470, 2100, 2730, 3360 (the trace ends at 3600 s)
+    assert r["rounds"] == 5
+    assert r["sync_s"] == pytest.approx(30 * r["rounds"])
+    for s in range(2):
+        assert r["train_s"][s] == pytest.approx(3600 - 240 - 30 * r["rounds"])
+        assert r["idle_s"][s] == pytest.approx(240 + 30 * r["rounds"])
+
+
+def test_second_site_joining_opens_a_round_and_leaving_closes_it():
+    # site 1 is below only from 30 min to 45 min (then hysteresis): a round opens when it trains
+    r = run(trace([LOW] * 24, [HIGH] * 6 + [LOW] * 3 + [HIGH] * 15))
+    st = r["states"]
+    assert first(st[1], 2) == (1800 + 240) // 10
+    # rounds open at 2040 s and 2670 s (after the first 30 s average); site 1 is off at 2700 + 600 = 3300 s,
+    # after the second average (3270 s); then site 0 trains alone
+    assert r["rounds"] == 2 and r["sync_s"] == pytest.approx(60)
+    assert st[1][3300 // 10] == 0 and st[0][-1] == 2
+
+
+def test_energy_and_emissions_are_the_integrals_over_the_timeline():
+    values = [LOW, 80.0, 20.0, HIGH, HIGH, HIGH]
+    r = run(trace(values), train_W=1000.0, idle_W=100.0)
+    # recompute the integrals poll by poll from the recorded states
+    st = r["states"][0]
+    polls = np.arange(st.size) * 10.0
+    c = np.asarray(values)[(polls // SLOT).astype(int)]
+    power = np.where(st == 2, 1000.0, np.where(st == 1, 100.0, 0.0))
+    np.testing.assert_allclose(r["energy_J"][0], (power * 10.0).sum())
+    np.testing.assert_allclose(r["emissions_g"][0], (power * 10.0 * c).sum() / 3.6e6)
+    # by hand: 240 s idle at 50 g, 660 s training at 50/80/20 g... then 600 s above at HIGH
+    by_hand = (100 * 240 * LOW + 1000 * (60 * LOW + 300 * 80 + 300 * 20 + 600 * HIGH)) / 3.6e6
+    np.testing.assert_allclose(r["emissions_g"][0], by_hand)
+
+
+def test_run_ends_exactly_at_the_target():
+    # one site, 1 s per batch, training from 240 s: 1000 batches end at 1240 s
+    r = run(trace([LOW] * 12), target=1000.0)
+    assert r["end_s"] == pytest.approx(1240.0)
+    assert r["batches"][0] == pytest.approx(1000.0) and r["train_s"][0] == pytest.approx(1000.0)
+    # two sites at 1 and 2 s per batch share the work: 1.5 batches per second from 240 s
+    tr = trace([LOW] * 12, [LOW] * 12)
+    r2 = C.run_policy(tr, C.Policy(round_s=1e5), [1.0, 2.0], [1.0, 1.0], [0.0, 0.0], 900.0, [0, 0, 0])
+    assert r2["end_s"] == pytest.approx(240 + 600) and r2["batches"].tolist() == pytest.approx([600, 300])
+
+
+def test_always_on_baseline_integrates_the_trace():
+    tr = trace([100.0, 200.0, 300.0])
+    b = C.always_on(tr, "s0", 1.0, 1000.0, 450.0)  # 450 s: 300 s at 100 g, 150 s at 200 g
+    assert b["end_s"] == 450 and b["energy_J"] == 450e3
+    assert b["emissions_g"] == pytest.approx(1000 * (300 * 100 + 150 * 200) / 3.6e6)
+    assert np.isnan(C.always_on(tr, "s0", 1.0, 1000.0, 901.0)["end_s"])
+
+
+@pytest.mark.parametrize("region", ["CA", "TX", "SA", "DE"])
+def test_generator_statistics_match_the_parameters(region):
+    tr = C.generate_traces([region], days=730, seed=3)
+    r = C.REGIONS[region]
+    x = tr["intensity"].values[:, 0]
+    below = x < C.REFERENCE_THRESHOLD
+    assert below.mean() == pytest.approx(r.share_below, abs=0.02)  # share curtailed, 2 years
+    if r.share_below == 0:
+        assert np.mean(x) == pytest.approx(r.off_level, rel=0.02)
+        return
+    assert np.mean(x[~below]) == pytest.approx(r.off_level, rel=0.02)
+    assert np.std(x[~below]) / r.off_level == pytest.approx(r.off_noise, rel=0.3)
+    assert np.mean(x[below]) == pytest.approx(r.in_level, rel=0.1)
+    # window lengths within 10 min .. 11 h (runs of curtailed slots, merged only across the day's gaps)
+    edges = np.flatnonzero(np.diff(np.r_[0, below.astype(int), 0]))
+    runs_h = (edges[1::2] - edges[::2]) * SLOT / 3600
+    # (a window crossing 00:00 UTC is wrapped onto its own day's start: those pieces may be shorter)
+    assert np.mean(runs_h >= r.window_min_h - 1e-9) > 0.95 and np.median(runs_h) > 1.0
+    # clustered in local daytime: curtailed slots within +-6 h of the local peak hour, well above a uniform 50%
+    hours = (np.arange(x.size) * SLOT / 3600 + r.utc_offset_h) % 24
+    near = np.abs((hours[below] - r.peak_hour_local + 12) % 24 - 12) <= 6
+    assert near.mean() > 0.7
+
+
+def test_generator_is_seeded_and_regions_are_independent_streams():
+    a = C.generate_traces(["CA", "TX"], days=3, seed=5)
+    b = C.generate_traces(["CA", "TX"], days=3, seed=5)
+    assert a.identical(b)
+    assert not np.array_equal(a["intensity"].values, C.generate_traces(["CA", "TX"], days=3, seed=6)["intensity"].values)
+    for name in list(a.data_vars) + list(a.coords):
+        assert a[name].attrs.get("long_name"), name
+    assert a["intensity"].attrs["units"] == "gCO2/kWh"
+
+
+def test_site_step_from_the_performance_model():
+    st = C.site_step()
+    assert st["tokens"] == 524288 and 5.5e8 < st["params"] < 5.7e8
+    assert 0.5 < st["step_s"] < 20
+    assert C.averaging_time_s(st["params"], 1, 0.125, 0.05) == 0
+    t2, t3 = (C.averaging_time_s(st["params"], n, 0.125, 0.05) for n in (2, 3))
+    assert t2 == pytest.approx(2 * 0.05 + st["params"] * 2 / 0.125e9, rel=1e-9) and t3 > t2
+
+
+def test_read_trace_round_trips_csv_and_netcdf(tmp_path):
+    tr = C.generate_traces(["CA", "SA"], days=1, seed=0)
+    path = tmp_path / "t.csv"
+    with open(path, "w") as fh:
+        fh.write("time,CA,SA\n")
+        for t, (a, b) in zip(tr["time"].values, tr["intensity"].values):
+            fh.write(f"{np.datetime_as_string(t, 's')}Z,{float(a)!r},{float(b)!r}\n")
+    back = C.read_trace(path)
+    np.testing.assert_allclose(back["intensity"].values, tr["intensity"].values)
+    tr.to_netcdf(tmp_path / "t.nc")
+    np.testing.assert_allclose(C.read_trace(tmp_path / "t.nc")["intensity"].values, tr["intensity"].values)
+
+
+@pytest.mark.parametrize("text, field, where", [
+    ("when,CA\n2026-01-01T00:00,1\n", "header", "time"),
+    ("time,CA\n2026-01-01T00:00,1\n2026-01-01T00:05,-3\n", "CA", "row 3"),
+    ("time,CA\n2026-01-01T00:00,1\n2026-01-01T00:05,abc\n", "CA", "row 3"),
+    ("time,CA\n2026-01-01T00:00,1\n2026-01-01T00:15,2\n", "time", "row 3"),
+    ("time,CA\nyesterday,1\n", "time", "row 2"),
+    ("time,CA,SA\n2026-01-01T00:00,1\n", "row", "2"),
+])
+def test_bad_trace_files_give_one_line(tmp_path, text, field, where):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        C.read_trace(path)
+    msg = str(err.value)
+    assert err.value.field == field and where in msg and "\n" not in msg and "bad.csv" in msg
+
+
+def test_bad_netcdf_trace_names_site_and_row(tmp_path):
+    tr = C.generate_traces(["CA"], days=1, seed=0)
+    tr["intensity"].values[7, 0] = np.nan
+    tr.to_netcdf(tmp_path / "bad.nc")
+    with pytest.raises(SpecError) as err:
+        C.read_trace(tmp_path / "bad.nc")
+    assert err.value.field == "CA" and "row 8" in str(err.value)
+    xr.Dataset({"x": ("t", [1.0])}).to_netcdf(tmp_path / "other.nc")
+    with pytest.raises(SpecError, match="intensity"):
+        C.read_trace(tmp_path / "other.nc")
+
+
+@pytest.mark.parametrize("kwargs, field", [({"threshold": 0}, "threshold"), ({"poll_s": 7}, "poll_s"),
+                                           ({"round_s": -1}, "round_s")])
+def test_bad_policy_names_the_field(kwargs, field):
+    with pytest.raises(SpecError) as err:
+        run(trace([LOW] * 2), policy=C.Policy(**kwargs))
+    assert err.value.field == field

@@ -1,0 +1,242 @@
+"""curtailment: LLM pretraining only during renewable-curtailment windows (Wiesner et al., "Distributed LLM
+Pretraining During Renewable Curtailment Windows: A Feasibility Study", arXiv 2602.22760).
+
+The paper trains a 561M model (nanochat d20; 23,400 iterations of 524,288 tokens) on sites in California, Texas
+and South Australia, each 4 A100s (2.024 kW training, 0.468 kW idle), each training only while its grid's marginal
+carbon intensity is below 100 gCO2/kWh, averaging models every 600 s when two or more train. Against one site
+training without pause it reports 1.38 kgCO2 vs 11.41 / 14.55 / 12.33 / 27.07 (CA / TX / SA / DE), 14.6 h vs
+17.8 h and 37.7 vs 36.0 kWh. Here the same policy runs in the discrete-event simulator of
+:mod:`trainscale.curtailment` on generated traces (the paper's WattTime traces are not available: the generator's
+regions carry the paper's shares and levels), with the step time from the performance model and the averaging
+over a WAN ring, over trace seeds and start hours, and swept over threshold, number of sites and round length.
+The statistical cost of averaging (perplexity) is not modelled: the paper finds none (14.64 vs 14.73).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .. import comparison
+from .. import curtailment as C
+from .. import io as tsio
+from ..checks import check_float, check_floats, check_int
+from ..io import provenance
+from ..specs import SpecError
+
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "compare", "curtailment_study"]
+
+PAPER = ("Wiesner et al., Distributed LLM Pretraining During Renewable Curtailment Windows: A Feasibility Study "
+         "(arXiv 2602.22760, 2026)")
+OUTPUTS = ("runs.nc", "baselines.nc", "traces.nc", "timeline.png", "emissions.png", "sweeps.png")
+RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 5, "runtime_full_min": 15}
+STUDY = "curtailment"
+
+# the comparison targets (the paper's abstract and results): never used in a computation
+PAPER_NUMBERS = {"multi_emissions_kg": 1.38, "single_emissions_kg": {"CA": 11.41, "TX": 14.55, "SA": 12.33, "DE": 27.07},
+                 "multi_wall_h": 14.6, "single_wall_h": 17.8, "multi_energy_kWh": 37.7, "single_energy_kWh": 36.0}
+PAPER_POLICY = {"threshold": 100.0, "sites": 3, "round_s": 600.0}
+
+
+def _regions(name, values) -> list[str]:
+    if isinstance(values, str) or not isinstance(values, Sequence) or not values or len(set(values)) != len(values):
+        raise SpecError(name, values, f"expected a non-empty list of distinct regions of {', '.join(C.REGIONS)}")
+    for v in values:
+        if v not in C.REGIONS:
+            raise SpecError(name, v, f"expected one of {', '.join(C.REGIONS)}")
+    return list(values)
+
+
+def _ints(name, values, lo, hi) -> list[int]:
+    if isinstance(values, str) or not isinstance(values, Sequence) or not values or len(set(values)) != len(values):
+        raise SpecError(name, values, "expected a non-empty list of distinct integers")
+    return [check_int(name, v, lo, hi) for v in values]
+
+
+def curtailment_study(sites: Sequence[str] = ("CA", "TX", "SA"), baseline_regions: Sequence[str] = ("CA", "TX", "SA", "DE"),
+                      thresholds: Sequence[float] = (100.0,), site_counts: Sequence[int] = (3,),
+                      round_lengths_s: Sequence[float] = (600.0,), seeds: Sequence[int] = (0,),
+                      start_hours_utc: Sequence[int] = (0,), days: int = 14, model: str = "nanochat-d20",
+                      system: str = "dgx-a100-80gb", gpus: int = 4, batch_tokens: int = 524288, micro_batch: int = 8,
+                      iterations: int = 23400, train_kW: float = 2.024, idle_kW: float = 0.468,
+                      bandwidth_GBps: float = 0.125, latency_s: float = 0.05, bytes_per_value: float = 2.0,
+                      provision_s: float = 240.0, hysteresis_s: float = 600.0, poll_s: float = 10.0) -> tuple:
+    """(runs, baselines, traces): curtailment-aware training on the first ``n`` of ``sites`` for every
+    threshold, ``n`` in ``site_counts``, round length, start hour and trace seed; one site of each of
+    ``baseline_regions`` training without pause from the same start; the traces of every seed."""
+    sites = _regions("sites", sites)
+    regions = list(dict.fromkeys([*sites, *_regions("baseline_regions", baseline_regions)]))
+    thresholds = check_floats("thresholds", thresholds, 0.0, 1e4, open_min=True)
+    counts = _ints("site_counts", site_counts, 1, len(sites))
+    rounds = check_floats("round_lengths_s", round_lengths_s, 0.0, 86400.0)
+    seeds = _ints("seeds", seeds, 0, 2**31)
+    starts = _ints("start_hours_utc", start_hours_utc, 0, 23)
+    days = check_int("days", days, 2, 365)
+    iterations = check_int("iterations", iterations, 1)
+    train_W = check_float("train_kW", train_kW, 0.0, 1e3) * 1e3
+    idle_W = check_float("idle_kW", idle_kW, 0.0, 1e3) * 1e3
+    step = C.site_step(model, system, gpus, batch_tokens, micro_batch)
+    sync = [0.0] + [C.averaging_time_s(step["params"], n, bandwidth_GBps, latency_s, bytes_per_value)
+                    for n in range(1, len(sites) + 1)]
+    shape = (len(thresholds), len(counts), len(rounds), len(starts), len(seeds))
+    names = ("wall_time_h", "elapsed_h", "energy_kWh", "emissions_kg", "tokens", "rounds", "starts", "train_h")
+    out = {n: np.full(shape, np.nan) for n in names}
+    base = {n: np.full((len(regions), len(starts), len(seeds)), np.nan) for n in ("wall_time_h", "energy_kWh", "emissions_kg")}
+    traces = []
+    for e, seed in enumerate(seeds):
+        full = C.generate_traces(regions, days + 1, seed)
+        traces.append(full["intensity"].values)
+        for h, hour in enumerate(starts):
+            tr = full.isel(time=slice(hour * 12, hour * 12 + days * C.SLOTS_PER_DAY))
+            for g, region in enumerate(regions):
+                b = C.always_on(tr, region, step["step_s"], train_W, iterations)
+                base["wall_time_h"][g, h, e] = b["end_s"] / 3600
+                base["energy_kWh"][g, h, e] = b["energy_J"] / 3.6e6
+                base["emissions_kg"][g, h, e] = b["emissions_g"] / 1e3
+            for (i, thr), (j, n), (k, rnd) in _grid(thresholds, counts, rounds):
+                policy = C.Policy(thr, poll_s, provision_s, hysteresis_s, rnd)
+                sub = tr.sel(site=sites[:n])
+                r = C.run_policy(sub, policy, [step["step_s"]] * n, [train_W] * n, [idle_W] * n, iterations, sync[: n + 1])
+                idx = (i, j, k, h, e)
+                done = np.isfinite(r["end_s"])
+                out["wall_time_h"][idx] = (r["end_s"] - r["first_start_s"]) / 3600 if done else np.nan
+                out["elapsed_h"][idx] = r["end_s"] / 3600 if done else np.nan
+                out["energy_kWh"][idx] = r["energy_J"].sum() / 3.6e6 if done else np.nan
+                out["emissions_kg"][idx] = r["emissions_g"].sum() / 1e3 if done else np.nan
+                out["tokens"][idx] = r["batches_total"] * step["tokens"]
+                out["rounds"][idx] = r["rounds"]
+                out["starts"][idx] = r["starts"].sum()
+                out["train_h"][idx] = r["train_s"].sum() / 3600
+    params = {"sites": sites, "baseline_regions": list(baseline_regions), "thresholds": thresholds, "site_counts": counts,
+              "round_lengths_s": rounds, "seeds": seeds, "start_hours_utc": starts, "days": days, "model": model,
+              "system": system, "gpus": gpus, "batch_tokens": batch_tokens, "micro_batch": micro_batch,
+              "iterations": iterations, "train_kW": train_kW, "idle_kW": idle_kW, "bandwidth_GBps": bandwidth_GBps,
+              "latency_s": latency_s, "bytes_per_value": bytes_per_value, "provision_s": provision_s,
+              "hysteresis_s": hysteresis_s, "poll_s": poll_s, "step_s": step["step_s"], "sync_s": sync,
+              "trace_regions": C.trace_parameters()}
+    return (_runs_dataset(out, thresholds, counts, rounds, starts, seeds, params),
+            _baseline_dataset(base, regions, starts, seeds, params),
+            _traces_dataset(np.stack(traces), full, seeds, params))
+
+
+def _grid(thresholds, counts, rounds):
+    for a in enumerate(thresholds):
+        for b in enumerate(counts):
+            for c in enumerate(rounds):
+                yield a, b, c
+
+
+META = {"wall_time_h": ("h", "wall time from the first site's start to the last iteration"),
+        "elapsed_h": ("h", "wall time from the experiment's start (the start hour) to the last iteration"),
+        "energy_kWh": ("kWh", "energy of all sites (training and idle power over the timeline)"),
+        "emissions_kg": ("kgCO2", "emissions of all sites (power times marginal intensity over the timeline)"),
+        "tokens": ("tokens", "tokens trained (batches processed by all sites times tokens per batch)"),
+        "rounds": ("1", "model averages"), "starts": ("1", "site starts (provisionings)"),
+        "train_h": ("h", "site-hours of training")}
+
+
+def _coords(ds, thresholds, counts, rounds, starts, seeds):
+    ds.coords.update({"threshold": np.asarray(thresholds), "sites": np.asarray(counts), "round_s": np.asarray(rounds),
+                      "start_hour": np.asarray(starts), "seed": np.asarray(seeds)})
+    attrs = {"threshold": ("gCO2/kWh", "curtailment threshold"), "sites": ("1", "number of sites (the first n of the list)"),
+             "round_s": ("s", "round length between model averages"), "start_hour": ("h", "experiment start (UTC hour)"),
+             "seed": ("1", "trace seed"), "region": (None, "grid region")}
+    for name, (units, long_name) in attrs.items():
+        if name in ds.coords:
+            ds[name].attrs.update({"long_name": long_name, **({"units": units} if units else {})})
+    return ds
+
+
+def _runs_dataset(out, thresholds, counts, rounds, starts, seeds, params):
+    dims = ("threshold", "sites", "round_s", "start_hour", "seed")
+    ds = xr.Dataset({n: (dims, v, {"units": META[n][0], "long_name": META[n][1]}) for n, v in out.items()})
+    ds = _coords(ds, thresholds, counts, rounds, starts, seeds)
+    ds.attrs.update(provenance(params))
+    return ds
+
+
+def _baseline_dataset(base, regions, starts, seeds, params):
+    dims = ("region", "start_hour", "seed")
+    ds = xr.Dataset({n: (dims, v, {"units": META[n][0], "long_name": "one site without pause: " + META[n][1]})
+                     for n, v in base.items()}, coords={"region": regions, "start_hour": starts, "seed": seeds})
+    ds = _coords(ds, [], [], [], starts, seeds).drop_vars(["threshold", "sites", "round_s"])
+    ds.attrs.update(provenance(params))
+    return ds
+
+
+def _traces_dataset(values, full, seeds, params):
+    ds = xr.Dataset({"intensity": (("seed", "time", "site"), values.astype(np.float32),
+                                   {"units": "gCO2/kWh", "long_name": "marginal carbon intensity"})},
+                    coords={"seed": np.asarray(seeds), "time": np.arange(values.shape[1]) * C.SLOT_S / 3600.0,
+                            "site": full["site"].values})
+    ds["seed"].attrs.update({"units": "1", "long_name": "trace seed"})
+    start = str(np.datetime_as_string(full["time"].values[0], "s"))
+    ds["time"].attrs.update({"units": "h", "long_name": f"hours since {start} UTC, start of the 5-minute interval"})
+    ds["site"].attrs.update({"long_name": "site (grid region)"})
+    ds.attrs.update(provenance({"regions": params["trace_regions"], "days": params["days"] + 1}))
+    return ds
+
+
+# ---------------------------------------------------------------------------------------------
+# paper vs ours
+
+
+def _paper_point(runs):
+    p = json.loads(runs.attrs["parameters"])
+    sel = {"threshold": PAPER_POLICY["threshold"], "sites": PAPER_POLICY["sites"], "round_s": PAPER_POLICY["round_s"]}
+    for dim, v in sel.items():
+        if v not in runs[dim].values:
+            raise SpecError(dim, runs[dim].values.tolist(), f"compare needs the paper's {dim} = {v:g} in the study")
+    return runs.sel(sel), p
+
+
+def compare(folder) -> list[comparison.Record]:
+    """The paper's emissions, wall time and energy against the saved runs and baselines (medians over trace
+    seeds and start hours; the range over them as ``our_low`` / ``our_high``)."""
+    folder = Path(folder)
+    runs = tsio.read_dataset(folder / "runs.nc")
+    base = tsio.read_dataset(folder / "baselines.nc")
+    point, p = _paper_point(runs)
+    n = int(point["seed"].size * point["start_hour"].size)
+    free = "trace seed and start hour"
+    gen = (f"generated traces ({n} seeds x start hours, {p['days']} days each) carrying the paper's regional shares "
+           f"and levels, not its WattTime traces")
+    ours = (f"{p['model']} on {p['gpus']} x {p['system']} per site ({p['step_s']:.2f} s per iteration from the "
+            f"performance model), {p['iterations']} iterations, sites {', '.join(p['sites'])}, threshold 100, rounds "
+            f"600 s, averaging over {p['bandwidth_GBps']:g} GB/s WAN links; {gen}")
+    paper = ("nanochat d20 (561M), 23,400 x 524,288 tokens, 4 A100 per site (2.024 / 0.468 kW), CA + TX + SA, "
+             "threshold 100 gCO2/kWh, WattTime traces")
+    records = []
+
+    def add(quantity, units, paper_value, values, same, note):
+        v = np.asarray(values, dtype=float).ravel()
+        records.append(comparison.numeric(
+            STUDY, quantity, units, paper_value=paper_value, paper_setting=paper,
+            our_value=float(np.nanmedian(v)) if np.isfinite(v).any() else float("nan"),
+            our_setting=ours if not same else ours.split("; generated")[0], same_setting=same, neutral=1.0 if "ratio" in quantity else float("nan"),
+            note=note, free_parameter=free, sweep=v))
+
+    multi = point["emissions_kg"]
+    for region in PAPER_NUMBERS["single_emissions_kg"]:
+        if region not in base["region"].values:
+            continue
+        ratio = multi / base["emissions_kg"].sel(region=region)
+        ref = PAPER_NUMBERS["multi_emissions_kg"] / PAPER_NUMBERS["single_emissions_kg"][region]
+        add(f"emissions ratio, multi-site vs one site in {region} without pause", "1", ref, ratio.values, False,
+            "median over trace seeds and start hours; below 1 is the paper's direction")
+    add("emissions, multi-site", "kgCO2", PAPER_NUMBERS["multi_emissions_kg"], multi.values, False,
+        "includes the 600 s a site trains above the threshold before it stops, at the off-window intensity")
+    add("wall time, multi-site", "h", PAPER_NUMBERS["multi_wall_h"], point["wall_time_h"].values, False,
+        "from the first site's start to the last iteration")
+    add("energy, multi-site", "kWh", PAPER_NUMBERS["multi_energy_kWh"], point["energy_kWh"].values, False,
+        "training plus idle (provisioning, averaging) power over the timeline")
+    one = base["wall_time_h"].isel(region=0).values
+    add("wall time, one site without pause", "h", PAPER_NUMBERS["single_wall_h"], one, True,
+        "the performance model's step time times the paper's iterations; no trace enters")
+    add("energy, one site without pause", "kWh", PAPER_NUMBERS["single_energy_kWh"],
+        base["energy_kWh"].isel(region=0).values, True, "the paper's 2.024 kW over our wall time")
+    return records

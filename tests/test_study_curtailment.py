@@ -1,0 +1,79 @@
+"""curtailment (Wiesner et al., arXiv 2602.22760): unit tests of the study function and its records, and the
+plumbing of the quick workflow's outputs. The comparison with the paper is judged on the committed full datasets
+by ``trainscale verify``, not here."""
+
+import numpy as np
+import pytest
+from trainscale import comparison
+from trainscale import io as tsio
+from trainscale.specs import SpecError
+from trainscale.studies import curtailment as study
+
+STUDY = "curtailment"
+SMALL = {"thresholds": [50.0, 100.0], "site_counts": [1, 3], "round_lengths_s": [600.0], "seeds": [0, 1],
+         "start_hours_utc": [0, 12], "days": 10}
+
+
+@pytest.fixture(scope="module")
+def small():
+    return study.curtailment_study(**SMALL)
+
+
+def test_study_is_deterministic_and_annotated(small):
+    runs, base, traces = small
+    again = study.curtailment_study(**SMALL)
+    for a, b in zip(small, again):
+        assert a.identical(b)
+    for ds in small:
+        for name in list(ds.data_vars) + list(ds.coords):
+            assert ds[name].attrs.get("long_name"), name
+
+
+def test_more_sites_finish_sooner_and_emit_less_than_one_site_without_pause(small):
+    runs, base, _ = small
+    p = runs.sel(threshold=100.0, round_s=600.0)
+    three, one = p["wall_time_h"].sel(sites=3), p["wall_time_h"].sel(sites=1)
+    assert np.all(three.values < one.values)
+    assert np.all(p["tokens"].sel(sites=3).values == pytest.approx(23400 * 524288))
+    # every curtailment-aware run emits less than any single site without pause (CA's off level is the lowest)
+    assert float(p["emissions_kg"].max()) < float(base["emissions_kg"].min())
+    # energy: at least the training energy, 2.024 kW x the site-hours of training
+    assert np.all(p["energy_kWh"].values >= 2.024 * p["train_h"].values - 1e-6)
+
+
+def test_single_site_baseline_is_step_time_times_iterations(small):
+    runs, base, _ = small
+    import json
+    step = json.loads(runs.attrs["parameters"])["step_s"]
+    np.testing.assert_allclose(base["wall_time_h"].values, 23400 * step / 3600)
+    np.testing.assert_allclose(base["energy_kWh"].values, 2.024 * 23400 * step / 3600)
+
+
+@pytest.mark.parametrize("kwargs, field", [({"sites": ["CA", "XX"]}, "sites"), ({"site_counts": [4]}, "site_counts"),
+                                           ({"thresholds": [0.0]}, "thresholds"), ({"start_hours_utc": [24]}, "start_hours_utc")])
+def test_bad_input_names_the_field(kwargs, field):
+    with pytest.raises(SpecError) as err:
+        study.curtailment_study(**{**SMALL, **kwargs})
+    assert err.value.field == field
+
+
+def test_compare_records_are_well_formed(small, tmp_path):
+    for name, ds in zip(("runs.nc", "baselines.nc", "traces.nc"), small):
+        tsio.write_dataset(ds, tmp_path / name)
+    records = study.compare(tmp_path)
+    assert len(records) == 9 and len({r.quantity for r in records}) == 9
+    for r in records:
+        assert r.study == STUDY and r.verdict in comparison.VERDICTS and np.isfinite(r.our_value)
+        assert r.our_low <= r.our_value <= r.our_high
+    same = [r.quantity for r in records if r.same_setting]
+    assert same == ["wall time, one site without pause", "energy, one site without pause"]
+    assert comparison.diff_records(records, study.compare(tmp_path)) == []
+
+
+@pytest.mark.workflow
+def test_quick_workflow_writes_the_outputs(quick_workflow):
+    folder = quick_workflow / "figures" / STUDY
+    for name in study.OUTPUTS:
+        assert (folder / name).stat().st_size > 0, name
+    written = comparison.read_records(folder / comparison.RECORDS_FILE)
+    assert comparison.diff_records(study.compare(folder), written) == []

@@ -220,3 +220,18 @@ def test_rerun_has_nothing_to_do(quick_workflow):
     proc = run_snakemake("-n", "--nolock", "--config", "mode=quick")
     assert proc.returncode == 0, tail(proc.stdout)
     assert "Nothing to be done" in proc.stdout, tail(proc.stdout)
+
+
+def test_papermill_runs_without_the_kernel_encryption_warning(tmp_path):
+    """The workflow's papermill engine (--engine trainscale) provisions CurveZMQ keys for its kernels, so a run
+    prints no "Kernel is running over TCP without encryption" warning (papermill's default engine does)."""
+    notebook = tmp_path / "hello.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")],
+                                            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                     "language": "python"}}), notebook)
+    proc = subprocess.run([str(BIN_DIR / "papermill"), "--engine", "trainscale", "-k", "python3", str(notebook),
+                           str(tmp_path / "out.ipynb")], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "without encryption" not in proc.stdout + proc.stderr
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert out.cells[0].outputs[0]["text"].strip() == "42"

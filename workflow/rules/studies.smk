@@ -8,7 +8,7 @@
 PAPERMILL = (
     'NUMBA_NUM_THREADS={threads} NUMBA_CACHE_DIR="${{NUMBA_CACHE_DIR:-$PWD/.numba_cache}}" '
     "MPLBACKEND=Agg JUPYTER_PREFER_ENV_PATH=1 "
-    'papermill --kernel python3 --cwd "$PWD" --no-progress-bar '
+    'papermill --engine trainscale --kernel python3 --cwd "$PWD" --no-progress-bar '
     "{input.notebook:q} {log:q} -y {params.notebook:q}"
 )
 RUN_AND_PUBLISH = (

@@ -381,6 +381,48 @@ def plan(p: Problem) -> PipelinePlan | None:
     return evaluate(p, dp, groups, layers)
 
 
+#: PipeDream's objective is put to the DAPPLE kernel as ``SCALE * (m max t + max r) + sum t``: the steady state first,
+#: the pipeline's fill and drain only as a tie-break (a generous baseline)
+_PIPEDREAM_SCALE = 10**6
+
+
+def pipedream_objective_s(pl: PipelinePlan) -> float:
+    """PipeDream's planning objective of a plan, per step: the slowest stage's time for every micro-batch plus the
+    gradient synchronisation, i.e. the steady state of an asynchronous pipeline, without the synchronous
+    pipeline's fill and drain (``sum t - max t``) that :func:`step_time` charges."""
+    return pl.micro_batches * max(pl.stage_times_s) + pl.sync_s
+
+
+def plan_pipedream(p: Problem) -> PipelinePlan | None:
+    """PipeDream's planner (Narayanan et al., SOSP 2019) as DAPPLE (Fan et al. 2021) describes it, over the same
+    plans and costs as :func:`plan`: it balances the stages for the steady state of an asynchronous pipeline
+    (:func:`pipedream_objective_s`) and ignores the warm-up and ending phases that a synchronous pipeline pays
+    once per step. Among plans equal on that objective it takes the one with the shortest fill and drain.
+    The returned plan is priced like any other, by the synchronous step time of :func:`evaluate`."""
+    L = p.model.layers
+    best = None  # (PipeDream objective, step time, plan)
+    for dp in _replica_counts(p):
+        caps = [g.nodes // dp for g in p.cluster.groups]
+        smax = min(p.max_stages, L, sum(caps))
+        if smax < 1:
+            continue
+        t, sync, fits = _stage_tables(p, dp, smax)
+        if not fits.any():
+            continue
+        m = p.global_batch // dp
+        cnext, cprev, cstart = _count_vectors(caps, smax)
+        found, _, groups, stage_layers = planner.pipeline_dp(
+            t, sync * _PIPEDREAM_SCALE, fits, cnext, cprev, cstart, m * _PIPEDREAM_SCALE + 1, L, smax, np.inf, 0.0)
+        if not found:
+            continue
+        pl = evaluate(p, dp, groups.tolist(), stage_layers.tolist())
+        key = (pipedream_objective_s(pl), pl.step_time_s)
+        if best is None or key[0] < best[0][0] * (1 - 1e-12) or (key[0] <= best[0][0] * (1 + 1e-12)
+                                                                  and key[1] < best[0][1]):
+            best = (key, pl)
+    return None if best is None else best[1]
+
+
 def plan_brute_force(p: Problem) -> PipelinePlan | None:
     """Every plan of the same space, one by one (small instances only)."""
     G, L = len(p.cluster.groups), p.model.layers
@@ -430,5 +472,5 @@ def homogeneous_part(cluster: Cluster, index: int) -> Cluster:
 
 
 __all__ = ["Cluster", "DeviceGroup", "Link", "Problem", "PipelinePlan", "problem", "plan", "plan_brute_force",
-           "evaluate", "even_split_plan", "throughput_tokens_per_s", "homogeneous_part", "group_costs",
+           "evaluate", "even_split_plan", "plan_pipedream", "pipedream_objective_s", "throughput_tokens_per_s", "homogeneous_part", "group_costs",
            "tensor_parallel_degree", "GiB"]

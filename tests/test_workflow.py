@@ -54,14 +54,14 @@ EXPECTED_DATASETS = {
         {"schedule", "op_index"},
     ),
     "pipeline-planning/planner.nc": (
-        {"bandwidth_GBps", "approach"},
+        {"global_batch", "bandwidth_GBps", "approach"},
         {"tokens_per_s", "dp", "pp"},
-        {"bandwidth_GBps", "approach"},
+        {"global_batch", "bandwidth_GBps", "approach"},
     ),
     "heterogeneous-cluster/mix.nc": (
-        {"fraction", "approach", "part"},
+        {"bandwidth_GBps", "fraction", "approach", "part"},
         {"tokens_per_s", "fraction_of_sum", "even_fraction_of_sum", "layers_on_first", "alone_fits"},
-        {"fraction", "approach", "part"},
+        {"bandwidth_GBps", "fraction", "approach", "part"},
     ),
 }
 

@@ -154,6 +154,14 @@ def test_every_study_with_a_dataset_has_a_figure_or_a_clear_reason():
         explore.interactive_figure("no-such-study", FIGURES)
 
 
+def test_a_figure_is_a_standalone_html_page(tmp_path):
+    """Interactive without a server or kernel: plotly.js and the data in one file."""
+    page = tmp_path / "overlap.html"
+    explore.interactive_figure("overlap", FIGURES).write_html(page, include_plotlyjs=True)
+    text = page.read_text(encoding="utf-8")
+    assert "Plotly.newPlot" in text and "step time" in text
+
+
 @pytest.mark.parametrize("study", sorted(explore.MAIN_FIGURES))
 def test_interactive_figure_data_equal_the_dataset(study):
     spec = explore.MAIN_FIGURES[study]

@@ -14,7 +14,7 @@ browser), with a thin ipywidgets layer on top whose callbacks only call them:
 Plotting library: plotly (https://plotly.com/python/, MIT, maintained by Plotly Inc.). A plotly figure is a
 JSON document rendered by plotly.js: it works in JupyterLab (the ``jupyterlab-plotly`` renderer ships inside
 the plotly wheel, no extension to build), in a static HTML page or an exported notebook without a server or a
-kernel (hover and zoom keep working in ``jupyter nbconvert --to html`` output), and its traces hold plain
+kernel (``fig.write_html(path)``: one file holding plotly.js and the data), and its traces hold plain
 arrays, so a test can compare a figure's data with the dataset directly. hvplot/panel would need a Bokeh
 server or a live kernel for most of their interactivity and pull in a larger stack.
 
@@ -484,7 +484,9 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
                                     color="op", facet_row="schedule", kind="gantt",
                                     title="pipeline schedules: one step, every GPU"),
     "heterogeneous-cluster": FigureSpec("mix.nc", "fraction_of_sum.png", ("fraction_of_sum", "even_fraction_of_sum"),
-                                        "fraction", title="mixed cluster throughput / sum of the parts alone"),
+                                        "fraction", color="bandwidth_GBps",
+                                        title="mixed cluster throughput / sum of the parts alone (solid: planner, "
+                                              "dashed: even split; colour: link between the types, GB/s)"),
     "geo-distributed": FigureSpec("geo_pipeline.nc", "throughput.png", ("tokens_per_s",), "bandwidth_GBps",
                                   color="approach", reduce={"draw": "geomean"}, log_x=True, log_y=True,
                                   title="pipeline throughput over the slowest link (geometric mean over the draws)"),
@@ -591,7 +593,7 @@ def trace_expected(ds, spec: FigureSpec, variable: str, selection: Mapping[str, 
 
 
 def _values(ds, name: str | None) -> list:
-    if name is None:
+    if name is None or name not in ds.variables:  # a dataset without that dimension: one trace, no selection
         return [None]
     return _unique(ds[name].values)
 
@@ -643,13 +645,13 @@ def interactive_figure(study: str, figures_dir: str | Path = "figures"):
         for k, variable in enumerate(spec.y):
             for (c, cv), (d, dv) in product(enumerate(colors), enumerate(dashes)):
                 selection = {n: _scalar(v) for n, v in ((spec.facet_row, row), (spec.facet_col, col),
-                                                         (spec.color, cv), (spec.dash, dv)) if n}
+                                                         (spec.color, cv), (spec.dash, dv)) if n and v is not None}
                 x, y = trace_expected(ds, spec, variable, selection)
                 if y.size == 0:
                     continue
                 name = ", ".join([*([variable] if len(spec.y) > 1 else []),
                                   *(_fmt(v) for v in (cv, dv) if v is not None)]) or variable
-                color = PALETTE[(c if spec.color else k) % len(PALETTE)]
+                color = PALETTE[(c if cv is not None else k) % len(PALETTE)]
                 meta = {"variable": variable, "selection": selection}
                 common = dict(x=x.tolist(), y=y.tolist(), name=name, legendgroup=name, meta=meta,
                               showlegend=name not in shown)
@@ -657,8 +659,8 @@ def interactive_figure(study: str, figures_dir: str | Path = "figures"):
                     fig.add_bar(marker_color=color, **common, row=i, col=j)
                 else:
                     mode = "markers" if spec.kind in ("parity", "markers") and k == 0 else "lines+markers"
-                    fig.add_scatter(mode=mode, line=dict(color=color, dash=DASHES[(d if spec.dash else 0)
-                                                                                   % len(DASHES)]),
+                    style = d if spec.dash else (k if len(spec.y) > 1 else 0)  # else a dash per variable
+                    fig.add_scatter(mode=mode, line=dict(color=color, dash=DASHES[style % len(DASHES)]),
                                     marker=dict(size=6 if spec.kind == "parity" else 7, opacity=0.8), **common,
                                     row=i, col=j)
                 shown.add(name)

@@ -601,7 +601,12 @@ def _values(ds, name: str | None) -> list:
 def _label(ds, name: str) -> str:
     from .plotting import label
 
-    return label(ds[name], name)
+    text = label(ds[name], name)
+    if len(text) > 60 and " (" in text:  # a long aside in the long_name: keep it for the hover, not the axis
+        head, _, rest = text.partition(" (")
+        units = rest[rest.rfind(") [") + 2:] if ") [" in rest else ""
+        text = f"{head} {units}".strip()
+    return text
 
 
 def _fmt(value: Any) -> str:

@@ -220,7 +220,7 @@ COMMANDS = {
         "starts a JupyterLab server that runs until stopped; here `make -n` checks the target",
         stand_in="make -n lab"),
     # ## Sweep with papermill
-    "mkdir -p results/papermill && .venv/bin/papermill -k python3 notebooks/hardware-scaling.ipynb "
+    "mkdir -p results/papermill && .venv/bin/papermill --engine trainscale -k python3 notebooks/hardware-scaling.ipynb "
     "results/papermill/hs-h200.ipynb -p output_dir results/papermill/hs-h200 "
     "-y '{systems: [dgx-h100, dgx-h200], models: [llama2-70b]}'":
         Run(_check_papermill, before=_clear_papermill),

@@ -271,9 +271,9 @@ def records_table(records: Sequence[Record]) -> str:
     lines = ["| study | quantity | paper | ours | over free choice | same setting | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in records:
-        units = f" {r.units}" if r.units else ""
+        units = f" {r.units}" if r.units and r.units != "1" else ""
         free = (f"{_number(r.our_low)}–{_number(r.our_high)} ({r.free_parameter})"
-                if r.free_parameter else "fixed by the paper")
+                if r.free_parameter else "none")
         lines.append(f"| {r.study} | {r.quantity} | {_number(r.paper_value)}{units} | "
                      f"{_number(r.our_value)}{units} | {free} | {'yes' if r.same_setting else 'no'} | "
                      f"**{r.verdict}**: {r.reason} |")

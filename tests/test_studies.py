@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import notebook_text, run_snakemake, tail
+from conftest import run_snakemake, tail
 from trainscale import catalog
 from trainscale import io as tsio
 

@@ -349,3 +349,18 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
     assert bar is not items and list(bar) == items
     monkeypatch.setenv("TRAINSCALE_PROGRESS", "0")
     assert progress.progress(items) is items
+
+
+def test_plan_shows_a_bar_on_a_terminal_and_none_otherwise(monkeypatch, capsys):
+    """The exact planner's loop over replica counts (the long part of ``trainscale plan``) carries a bar."""
+    from trainscale import hetero
+
+    cluster = hetero.Cluster.from_dict({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 4}]})
+    problem = hetero.problem("llama2-7b", cluster, 32, max_stages=4)
+    monkeypatch.setenv("TRAINSCALE_PROGRESS", "0")
+    quiet = hetero.plan(problem)
+    assert "plan: replica counts" not in capsys.readouterr().err
+    monkeypatch.setenv("TRAINSCALE_PROGRESS", "1")
+    shown = hetero.plan(problem)
+    assert "plan: replica counts" in capsys.readouterr().err
+    assert (shown.dp, shown.groups, shown.layers) == (quiet.dp, quiet.groups, quiet.layers)

@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from . import perfmodel
+from .progress import progress
 from .kernels import layout as K
 from .kernels import planner
 from .kernels.collectives import allgather_time
@@ -359,7 +360,8 @@ def plan(p: Problem) -> PipelinePlan | None:
     """The exact optimum over replica counts, stage counts, stage groups and layer splits."""
     L = p.model.layers
     best = None  # (step time, dp, groups, layers)
-    for dp in reversed(_replica_counts(p)):  # fewest stages first: a cheap, often good bound
+    counts = list(reversed(_replica_counts(p)))  # fewest stages first: a cheap, often good bound
+    for dp in progress(counts, total=len(counts), desc="plan: replica counts"):
         caps = [g.nodes // dp for g in p.cluster.groups]
         smax = min(p.max_stages, L, sum(caps))
         if smax < 1:  # more replicas than nodes

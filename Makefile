@@ -22,10 +22,7 @@ VENV_BIN = $(abspath $(VENV))/bin
 STAMP    = $(VENV)/.installed
 LAB_STAMP = $(VENV)/.lab-installed
 
-# One cache folder per version of the kernels' source: Numba's cache does not see a change in a module a kernel
-# imports (layout constants, helpers), and a stale entry can crash the process; a new folder starts clean.
-KERNELS_HASH := $(shell cat $(sort $(wildcard pkg/trainscale/kernels/*.py)) | sha256sum | cut -c1-12)
-export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache/$(KERNELS_HASH)
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 # Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
 export PATH := $(VENV_BIN):$(PATH)
 

@@ -13,18 +13,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN_DIR = Path(sys.executable).parent
 
 
-def kernels_hash() -> str:
-    """The Numba cache folder's name: a hash of the kernels' source (the Makefile and the workflow use the same)."""
-    import hashlib
-
-    source = b"".join(p.read_bytes() for p in sorted((REPO_ROOT / "pkg" / "trainscale" / "kernels").glob("*.py")))
-    return hashlib.sha256(source).hexdigest()[:12]
-
-
 def workflow_env():
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(BIN_DIR), env.get("PATH", "")])
-    env.setdefault("NUMBA_CACHE_DIR", str(REPO_ROOT / ".numba_cache" / kernels_hash()))
+    env.setdefault("NUMBA_CACHE_DIR", str(REPO_ROOT / ".numba_cache"))
     env["MPLBACKEND"] = "Agg"
     return env
 

@@ -235,20 +235,3 @@ def test_papermill_runs_without_the_kernel_encryption_warning(tmp_path):
     assert "without encryption" not in proc.stdout + proc.stderr
     out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
     assert out.cells[0].outputs[0]["text"].strip() == "42"
-
-
-def test_the_numba_cache_folder_follows_the_kernels_source():
-    """make, the workflow and the tests name the same cache folder: a hash of pkg/trainscale/kernels/*.py, so a
-    change to any kernel module (layout constants a kernel imports included) starts with a clean cache."""
-    import os
-
-    from conftest import kernels_hash
-
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    database = subprocess.run(["make", "-p", "-n", "help"], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=False, env=env).stdout
-    assert f"KERNELS_HASH := {kernels_hash()}" in database.splitlines()
-    proc = subprocess.run([str(BIN_DIR / "snakemake"), "-n", "-p", "--nolock", "--cores", "1", "--config", "mode=quick",
-                           "-f", "results/quick/figures/overlap/comparison.csv"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, check=False, env=env)
-    assert f"NUMBA_CACHE_DIR:-$PWD/.numba_cache/{kernels_hash()}" in proc.stdout, tail(proc.stdout)

@@ -1,6 +1,5 @@
 # Helpers shared by the study rules. Paths are relative to the repository root, which must be
 # the working directory (run `snakemake --snakefile workflow/Snakefile` from there).
-import hashlib
 import json
 from pathlib import Path
 
@@ -19,15 +18,6 @@ MODE = config["mode"]
 # full: committed figures; other modes: under results/ (git-ignored)
 FIGURES_DIR = "figures" if MODE == "full" else f"results/{MODE}/figures"
 NOTEBOOKS_DIR = f"results/{MODE}/notebooks"
-
-# The Numba cache, one folder per version of the kernels' source (as the Makefile's): Numba does not see a change
-# in a module a kernel imports, and a stale entry can crash the process.
-KERNELS_HASH = hashlib.sha256(
-    b"".join(
-        p.read_bytes() for p in sorted(Path("pkg/trainscale/kernels").glob("*.py"))
-    )
-).hexdigest()[:12]
-NUMBA_CACHE_DEFAULT = f".numba_cache/{KERNELS_HASH}"
 
 # Every study reruns when the package (code or catalogs) changes.
 PACKAGE_FILES = sorted(

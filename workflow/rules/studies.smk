@@ -6,9 +6,7 @@
 # $defs/params entry in config/schema.yaml) and its test; nothing here.
 
 PAPERMILL = (
-    'NUMBA_NUM_THREADS={threads} NUMBA_CACHE_DIR="${{NUMBA_CACHE_DIR:-$PWD/'
-    + NUMBA_CACHE_DEFAULT
-    + '}}" '
+    'NUMBA_NUM_THREADS={threads} NUMBA_CACHE_DIR="${{NUMBA_CACHE_DIR:-$PWD/.numba_cache}}" '
     "MPLBACKEND=Agg JUPYTER_PREFER_ENV_PATH=1 "
     'papermill --engine trainscale --kernel python3 --cwd "$PWD" --no-progress-bar '
     "{input.notebook:q} {log:q} -y {params.notebook:q}"

@@ -26,9 +26,21 @@ def test_published_runs_accuracy(published):
     worst_run = str(ds["run"].values[int(ape.argmax())])
     msg = f"published runs: MAPE {100 * mape:.2f}%, worst {100 * worst:.2f}% ({worst_run})"
     assert mape <= 0.10, msg
-    assert worst <= 0.20, msg
+    # 25%: DeepSpeed's ZeRO-3 at 384 GPUs, priced at the bytes it moves and fully overlapped,
+    # comes out 25% fast (the per-tensor form it replaced fitted it to 14%, but was 70% off left out)
+    assert worst <= 0.25, msg
     assert ds.attrs["mape_published"] == pytest.approx(mape, rel=1e-12)
     assert ds.attrs["max_abs_error_published"] == pytest.approx(worst, rel=1e-12)
+
+
+def test_published_runs_left_out_accuracy():
+    """Refitted without the published runs (leave-one-dataset-out, stored by ``trainscale
+    calibrate --cv``), the model still reaches them: the fitted forms carry, not the fit."""
+    cv = yaml.safe_load(catalog.data_path(calibration.FITTED_FILE).read_text())["cross_validation"]
+    left_out = cv["leave_one_dataset_out"]["published"]
+    assert left_out["runs"] >= 20
+    assert left_out["mape"] <= 0.10, left_out
+    assert left_out["worst"] <= 0.40, left_out
 
 
 def test_vtrain_multi_accuracy():
@@ -114,3 +126,28 @@ def test_calibration_fit_reproduces_stored_values():
             for name, value in params.items():
                 assert value == pytest.approx(float(stored[scope][owner][name]), rel=0.02, abs=1e-6), (
                     owner, name, value)
+
+
+def test_prior_residuals_vanish_at_the_mean_and_scale_with_the_sd():
+    mean = np.array([0.85, 1.0, 0.0])
+    sd = np.array([0.1, 0.2, np.inf])  # the last parameter has no prior
+    at_mean = calibration.prior_residuals(mean.copy(), mean, sd)
+    assert at_mean.shape == (2,) and np.all(at_mean == 0.0)
+    r = calibration.prior_residuals(mean + np.array([0.1, 0.1, 5.0]), mean, sd)
+    assert r == pytest.approx([calibration.ROBUST_SCALE, calibration.ROBUST_SCALE / 2.0])
+
+
+def test_prior_keeps_a_stack_with_few_runs_near_the_reference(monkeypatch):
+    """DeepSpeed's three BLOOM runs alone would move its compute efficiency further from
+    Megatron's (1.0) than they do with the prior: the prior, not the three runs, is what
+    keeps vTrain's left-out error down (trainscale calibrate --cv)."""
+    runs = [m for m in calibration.fitting_runs(VTRAIN_DIR) if m.dataset == "deepspeed-ampere"]
+    assert len(runs) == 3
+
+    def efficiency(result):
+        return result["fitted"]["stacks"]["deepspeed"]["compute_efficiency"]
+
+    with_prior = efficiency(calibration.fit_runs(runs, max_nfev=30))
+    monkeypatch.setattr(calibration, "priors", lambda specs: (np.zeros(len(specs)), np.full(len(specs), np.inf)))
+    without = efficiency(calibration.fit_runs(runs, max_nfev=30))
+    assert abs(with_prior - 1.0) < abs(without - 1.0) - 0.02, (with_prior, without)

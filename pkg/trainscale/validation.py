@@ -84,8 +84,9 @@ def published_runs() -> list[MeasuredRun]:
                 "global_batch": int(row["global_batch"]), "recompute": row["recompute"],
                 "sequence_parallel": row["sequence_parallel"] == "true", "zero": int(row["zero"]),
                 "flash_attention": MEASURED_FLASH_ATTENTION}
-        if plan["zero"] == 3:  # Narayanan et al. 2021 ran DeepSpeed's ZeRO-3
-            plan.update(zero3_per_tensor=True, stack="deepspeed")
+        if plan["zero"] == 3:  # Narayanan et al. 2021 ran DeepSpeed's ZeRO-3, which prefetches parameters
+            # (stage3_prefetch_bucket_size) and overlaps the reduction (overlap_comm defaults to true at stage 3)
+            plan.update(zero3_per_tensor=True, stack="deepspeed", overlap_grad_reduce=True)
         # blank cells take the documented defaults (interleave 1, micro_batch 1): never searched
         for key in ("interleave", "micro_batch"):
             if row[key]:

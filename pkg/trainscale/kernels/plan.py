@@ -402,7 +402,13 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     A layer's parameters are all-gathered before every use (forward, backward, and the recomputed
     forward) and its gradients reduce-scattered, per micro-batch. PyTorch FSDP gathers a layer as
     one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetches each parameter tensor separately,
-    each fetch paying ring latency and a host-side cost ``C_FETCH_S``.
+    each fetch paying ring latency and a host-side cost ``C_FETCH_S``. A per-tensor fetch is a
+    small collective over the whole data-parallel group (a few hundred kB per rank), for which
+    NCCL opens few channels: it moves at one NIC's bandwidth, not the node's ``n_in`` NICs pooled
+    as a large flat-buffer gather does. This form scales with bytes: the published 175B ZeRO-3
+    runs (Narayanan et al. 2021, 384-1536 A100) take about as long as every GPU receiving its
+    full share of the parameters through its own NIC in each pass, while a cost per tensor
+    alone (the form used until 2026-12) fits those three runs but cannot carry to other sizes.
     """
     if n_shard * cp <= 1:
         return 0.0, 0.0, 0.0
@@ -415,8 +421,12 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     fetch = calib[C_FETCH_S] if per_tensor else 0.0
     layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
     bw_z, lat_z = out_link(system, group, tp)
-    gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
-                        + fetch)
+    bw_fetch = bw_z
+    if per_tensor:  # one ring channel per fetch: the node's NICs are not pooled (see docstring)
+        n_in, _ = group_split(group, tp, domain)
+        bw_fetch = bw_z / n_in
+    gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up, bw_fetch, lat_z,
+                                       eff) + fetch)
     scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
     if model[M_EXPERTS] > 1.0 and e_shard * cp > 1:  # local experts, over the expert-data-parallel ranks
         e_group = e_shard * cp

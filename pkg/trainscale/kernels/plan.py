@@ -73,6 +73,22 @@ BYTES = 2.0  # 16-bit activations, weights and gradients
 OPTIMIZER_BYTES_PER_PARAM = 12.0  # fp32 master weights, Adam m and v (ZeRO paper's K = 12)
 ADAM_TRAFFIC_BYTES_PER_PARAM = 28.0  # read p32, m, v, g16 and write p32, m, v, p16
 ELEMENTWISE_KERNELS_PER_LAYER = 12.0
+FLASH_BLOCK = 128.0  # key/value block of FlashAttention-2 and cuDNN's fused attention on Ampere/Hopper
+
+
+@njit(cache=True)
+def causal_block_fraction(s_q, s_k):
+    """Share of the ``s_q x s_k`` score blocks a fused causal attention kernel computes.
+
+    FlashAttention skips the key blocks wholly above the diagonal: with ``n = s_k / B`` blocks
+    of ``B`` = :data:`FLASH_BLOCK` keys, ``n (n + 1) / 2`` of the ``n^2`` blocks are computed,
+    a fraction ``(1 + B / s_k) / 2`` (for a query slice of ``s_q < s_k`` tokens, as under context
+    parallelism with load balancing, the same on average). Unfused attention (Megatron without
+    flash) multiplies the whole matrix and masks it: fraction 1. The model FLOPs keep the
+    convention of Narayanan et al. (no causal halving); only the time is halved."""
+    if s_k <= FLASH_BLOCK:
+        return 1.0
+    return 0.5 * (1.0 + FLASH_BLOCK / s_k)
 
 
 @njit(cache=True)
@@ -124,6 +140,12 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     f_qkv, b_qkv = gemm_fwd_bwd_time(im, (ih + 2 * ikv) // itp, ih, 1, peak, hbm, sms, calib)
     f_sc, b_sc = gemm_fwd_bwd_time(isc, is_, int(d), ib * ia // itp, peak, hbm, sms, calib)
     f_av, b_av = gemm_fwd_bwd_time(isc, int(d), is_, ib * ia // itp, peak, hbm, sms, calib)
+    if flash:  # fused causal attention computes only the blocks on and below the diagonal
+        causal = causal_block_fraction(sc, s)
+        f_sc *= causal
+        b_sc *= causal
+        f_av *= causal
+        b_av *= causal
     f_o, b_o = gemm_fwd_bwd_time(im, ih, ih // itp, 1, peak, hbm, sms, calib)
     f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, 1, peak, hbm, sms, calib)
     f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, peak, hbm, sms, calib)

@@ -27,7 +27,7 @@ ISSUE_RUN = {
 OUTPUT_KEYS = {"id", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
                "hfu", "memory_gib_per_gpu", "fits", "power_W_per_gpu", "energy_J_per_token", "breakdown"}
 
-SYSTEMS = ["dgx-v100", "dgx-a100-40gb", "dgx-a100-80gb", "jean-zay-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72",
+SYSTEMS = ["dgx-v100", "dgx-a100-40gb", "dgx-a100-80gb", "jean-zay-a100-80gb", "dgx-h100", "grand-teton-h100-96gb", "dgx-h200", "dgx-b200", "gb200-nvl72",
            "mi300x", "rtx4090-pcie", "a800-pcie", "a800-sxm"]
 
 

@@ -15,6 +15,9 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * pipeline: 2,000 random non-uniform pipelines (p=8, m=64) each for 1F1B and interleaved (v=2)
   through ``pipeline.simulate_many``, in simulated F/B/W operations per second; a sample of 20 of
   them through the pure-Python ``pipeline.simulate_reference``, which must agree exactly.
+* curtailment: the controller of ``curtailment.run_policy`` (four sites, the paper's policy) over the
+  whole of a seeded 28-day trace, in simulated site-hours per second, next to the same code as plain
+  Python (``NUMBA_DISABLE_JIT=1``, 2 days), which must agree: site states exactly, totals to 1e-12.
 * optimizer: synchronous data-parallel SGD (``kernels.optim.run_sync``, compressor ``none``) on a
   least-squares problem with 10,000 parameters, 8 workers, per-worker batch 16, the batches of
   ``convergence.run_batches``, for >= 1,000 steps (doubled until the kernel runs >= 0.5 s), Numba
@@ -232,6 +235,7 @@ def main() -> int:
 
     pipeline_section(failures)
     optimizer_section(failures)
+    curtailment_section(failures)
     sweep_section(failures)
 
     if failures:
@@ -399,6 +403,74 @@ def optimizer_section(failures: list) -> None:
         print(f"optimizer kernel and NumPy disagree: max rel diff {worst:.3g}, loss {loss[0]:.6g} -> {loss[1]:.6g}",
               file=sys.stderr)
         failures.append("optimizer reference mismatch")
+
+
+CURTAIL_DAYS, CURTAIL_REF_DAYS = 28, 2  # simulated trace lengths: jitted, and plain-Python reference
+
+CURTAIL_JOB = r"""
+import json, sys, time
+import numpy as np
+from trainscale import curtailment as C
+job = json.loads(sys.argv[1])
+trace = C.generate_traces(days=job["days"], seed=job["seed"])
+t0 = time.perf_counter()
+out = C.run_policy(trace, C.PAPER_POLICY, job["step_s"], job["train_W"], job["idle_W"], 1e12, job["sync_s"])
+elapsed = time.perf_counter() - t0
+np.savez(sys.argv[2], **{k: np.asarray(v) for k, v in out.items()})
+print(json.dumps({"seconds": elapsed}))
+"""
+
+
+def curtailment_section(failures: list) -> None:
+    """The curtailment controller (``curtailment.run_policy``: four sites, the paper's policy, 10 s polls)
+    over seeded traces, with a target no run reaches so the whole trace is simulated: simulated
+    site-hours per second for the Numba kernel (compiled once, best of 3, 28 days) and, in a subprocess
+    with ``NUMBA_DISABLE_JIT=1``, for the same code as plain Python (2 days). On the 2-day trace both must
+    agree exactly (every per-site total and every site state at every poll)."""
+    from trainscale import curtailment as C
+
+    site = C.site_step()
+    sites = 4
+    job = {"seed": 7, "step_s": [site["step_s"]] * sites, "train_W": [site["power_W"]] * sites,
+           "idle_W": [0.25 * site["power_W"]] * sites,
+           "sync_s": [C.averaging_time_s(site["params"], max(n, 1), 1.25, 0.05) for n in range(sites + 1)]}
+
+    def run(days):
+        trace = C.generate_traces(days=days, seed=job["seed"])
+        t0 = time.perf_counter()
+        out = C.run_policy(trace, C.PAPER_POLICY, job["step_s"], job["train_W"], job["idle_W"], 1e12, job["sync_s"])
+        return out, time.perf_counter() - t0
+
+    run(1)  # compile / load the cache
+    seconds = min(run(CURTAIL_DAYS)[1] for _ in range(3))
+    jit_rate = sites * CURTAIL_DAYS * 24 / seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "ref.npz")
+        proc = subprocess.run([sys.executable, "-c", CURTAIL_JOB, json.dumps({**job, "days": CURTAIL_REF_DAYS}),
+                               str(path)], env=dict(os.environ, NUMBA_DISABLE_JIT="1"), capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            failures.append("curtailment reference failed")
+            return
+        ref_seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        ref = dict(np.load(path))
+    jit, _ = run(CURTAIL_REF_DAYS)
+    python_rate = sites * CURTAIL_REF_DAYS * 24 / ref_seconds
+    bench("curtailment_site_hours_per_s", jit_rate, "site-h/s")
+    bench("curtailment_python_site_hours_per_s", python_rate, "site-h/s")
+    bench("curtailment_vs_python_ratio", jit_rate / python_rate, "x")
+    def agree(k):  # the site states exactly; the float totals to 1e-12 (JIT and interpreter may round apart)
+        a = np.asarray(jit[k])
+        if k == "states":
+            return np.array_equal(a, ref[k])
+        return np.allclose(a, ref[k], rtol=1e-12, atol=0.0, equal_nan=True)
+
+    bad = [k for k in ref if not agree(k)]
+    bench("curtailment_reference_equal", float(not bad), "1")
+    if bad:
+        print(f"curtailment kernel and plain Python disagree on {bad}", file=sys.stderr)
+        failures.append("curtailment reference mismatch")
 
 
 if __name__ == "__main__":

@@ -205,3 +205,80 @@ def test_bad_policy_names_the_field(kwargs, field):
     with pytest.raises(SpecError) as err:
         run(trace([LOW] * 2), policy=C.Policy(**kwargs))
     assert err.value.field == field
+
+
+# ---------------------------------------------------------------------------------------------
+# the statistical cost of averaging: the run's schedule and the convergence engine over it
+
+def test_round_schedule_of_a_hand_made_run():
+    T, P = C.K.TRAINING, C.K.PROVISIONING
+    states = np.array([[T, T, T, T, 0, P, T, T],
+                       [0, P, T, T, T, T, T, T]], dtype=np.int8)
+    log = np.array([[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0],
+                    [0.0, 0.0, 0.5, 1.0, 0.75, 0.75, 1.0, 1.0]])
+    sync = np.zeros(8, dtype=np.int8)
+    sync[3] = 2  # a round closes at poll 3 (both training), then at poll 7
+    sync[7] = 2
+    sched = C.round_schedule({"states": states, "batches_log": log, "sync_log": sync})
+    # rounds: polls [0, 3), [3, 7), [7, 8); whole batches completed in each
+    assert sched["steps"].tolist() == [[3, 0], [2, 4], [1, 1]]
+    assert sched["joins"].tolist() == [[True, True], [True, False], [False, False]]  # site 0 restarts at poll 6
+    assert sched["averages"].tolist() == [[True, True], [True, True], [False, False]]
+    assert sched["steps"].sum() == int(np.floor(log[0].sum())) + int(np.floor(log[1].sum()))
+
+
+def _lsq_sgd_numpy(X, y, x, rows, lr):
+    for idx in rows:
+        x = x - lr * (X[idx].T @ (X[idx] @ x - y[idx]) / len(idx))
+    return x
+
+
+def _problem():
+    from trainscale import convergence
+    return convergence.make_problem("least_squares", 256, 6, seed=3, kappa=10.0)
+
+
+def test_one_site_schedule_is_sequential_sgd():
+    from trainscale import convergence
+    prob = _problem()
+    got = convergence.run_schedule(prob, [[7], [5]], [[True], [False]], [[False], [False]], lr=0.1, batch_size=4,
+                                   seed=2)
+    rows = np.random.default_rng(convergence._seed_sequence(2)).integers(0, prob.n_samples, size=(12, 4))
+    want = _lsq_sgd_numpy(prob.X, prob.y, prob.initial_params(2), rows, 0.1)
+    np.testing.assert_allclose(got["params"], want, rtol=1e-12, atol=1e-14)
+    assert got["steps"] == 12
+
+
+def test_sites_average_weighted_by_their_steps():
+    from trainscale import convergence
+    prob = _problem()
+    steps = [[1, 3], [2, 0]]
+    got = convergence.run_schedule(prob, steps, [[True, True], [False, False]], [[True, True], [False, False]],
+                                   lr=0.05, batch_size=2, seed=5)
+    rows = np.random.default_rng(convergence._seed_sequence(5)).integers(0, prob.n_samples, size=(6, 2))
+    x0 = prob.initial_params(5)
+    a = _lsq_sgd_numpy(prob.X, prob.y, x0, rows[:1], 0.05)  # site 0: 1 step
+    b = _lsq_sgd_numpy(prob.X, prob.y, x0, rows[1:4], 0.05)  # site 1: 3 steps
+    avg = (1 * a + 3 * b) / 4
+    want = _lsq_sgd_numpy(prob.X, prob.y, avg, rows[4:6], 0.05)  # site 0 goes on alone, pending at the end
+    np.testing.assert_allclose(got["params"], want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_lone_site_run_costs_nothing():
+    prob = _problem()
+    tr = trace([LOW] * 24)
+    r = run(tr, target=3000, step_s=2.0)
+    assert r["rounds"] == 0 and np.isfinite(r["end_s"])
+    cost = C.averaging_cost(r, prob, lr=0.05, batch_size=4, seed=0)
+    assert cost["loss_ratio"] == 1.0 and cost["steps"] == 3000
+
+
+def test_averaging_at_small_batches_lowers_the_loss_on_a_two_site_run():
+    prob = _problem()
+    tr = trace([LOW] * 48, [LOW] * 48)
+    r = run(tr, target=8000, step_s=2.0)
+    assert r["rounds"] == 13
+    # two replicas averaged act like a doubled batch: less gradient noise at the end (every seed)
+    for seed in range(4):
+        cost = C.averaging_cost(r, prob, lr=0.05, batch_size=1, seed=seed)
+        assert cost["loss"] < cost["single_loss"] and cost["steps"] == 8000

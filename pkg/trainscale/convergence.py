@@ -581,6 +581,36 @@ _STEP_NAMES = {
 }
 
 
+def run_schedule(problem: Problem, steps, joins, averages, lr: float = 0.1, batch_size: int = 8,
+                 seed=0) -> dict:
+    """SGD on sites that average on a measured schedule (:func:`trainscale.kernels.optim.run_rounds`):
+    ``steps`` (rounds x sites, steps each site takes in each round), ``joins`` (a site restarts from
+    the last average) and ``averages`` (the sites averaging, weighted by their steps, as a round
+    closes). Mini-batches of ``batch_size`` from the whole data set, one stream (``seed``) consumed
+    in schedule order. Returns ``{"params", "loss", "excess_loss", "steps"}`` (``excess_loss``: over
+    the optimum's loss, NaN where the optimum is unknown)."""
+    steps = np.ascontiguousarray(np.asarray(steps, dtype=np.int64))
+    if steps.ndim != 2 or np.any(steps < 0):
+        raise SpecError("steps", steps.shape, "expected a rounds x sites array of step counts >= 0")
+    joins = np.ascontiguousarray(np.asarray(joins, dtype=np.bool_))
+    averages = np.ascontiguousarray(np.asarray(averages, dtype=np.bool_))
+    for name, a in (("joins", joins), ("averages", averages)):
+        if a.shape != steps.shape:
+            raise SpecError(name, a.shape, f"expected the shape of steps, {steps.shape}")
+    lr = _check_float("lr", lr, 0.0, open_min=True)
+    B = _check_int("batch_size", batch_size, 1)
+    total = int(steps.sum())
+    rng = np.random.default_rng(_seed_sequence(seed))
+    batches = rng.integers(0, problem.n_samples, size=(max(total, 1), B)).astype(np.int64)
+    x = problem.initial_params(seed)
+    out = np.empty_like(x)
+    K.run_rounds(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x, batches, steps, joins,
+                 averages, lr, out)
+    loss = problem.loss(out)
+    excess = loss - problem.optimum_loss if problem.optimum is not None else math.nan
+    return {"params": out, "loss": float(loss), "excess_loss": float(excess), "steps": total}
+
+
 def _full_batches(problem: Problem, steps: int) -> np.ndarray:
     """``int64[steps, W, n_k]``: every worker's whole shard at every step (equal shards required)."""
     sizes = np.diff(problem.shard_offsets)

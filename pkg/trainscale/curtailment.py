@@ -39,8 +39,11 @@ site trains on. The policy's parameters are a :class:`Policy`.
 tokens) on one site with the performance model (:func:`trainscale.perfmodel.predict`: nanochat-d20
 data parallel on 4 A100); :func:`averaging_time_s` is a ring all-reduce of the model over the WAN
 link (:func:`trainscale.wallclock.allreduce_time_s`). Energy is the integral of the sites' power
-over the timeline, emissions the integral of power times intensity. Not modelled: the statistical
-cost of averaging (loss reached per token; the paper finds perplexity 14.64 vs 14.73, i.e. none).
+over the timeline, emissions the integral of power times intensity. The statistical
+cost of averaging comes from the convergence engine (:func:`averaging_cost`): SGD on a generated
+problem over each run's measured schedule of rounds (:func:`round_schedule`: the steps each site
+took between averages, who joined, who averaged), against one site taking the same steps in
+sequence (the paper finds perplexity 14.64 vs 14.73, i.e. no cost).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ from .wallclock import Link, allreduce_time_s
 
 __all__ = ["RegionTrace", "REGIONS", "Policy", "PAPER_POLICY", "SLOT_S", "REFERENCE_THRESHOLD",
            "generate_traces", "read_trace", "site_step", "averaging_time_s", "run_policy", "always_on",
-           "STATE_NAMES"]
+           "round_schedule", "averaging_cost", "STATE_NAMES"]
 
 SLOT_S = 300.0  # 5-minute trace resolution (WattTime's marginal operating emissions rate)
 SLOTS_PER_DAY = 288
@@ -358,7 +361,9 @@ def run_policy(trace: xr.Dataset, policy: Policy, step_s: Sequence[float], train
     ``step_s``, ``train_W``, ``idle_W``: per site; ``sync_s[n]``: seconds to average ``n`` models (index
     0 .. sites). Returns per-site arrays (``train_s``, ``idle_s``, ``energy_J``, ``emissions_g``,
     ``batches``, ``starts``), the run's ``end_s`` (NaN: not finished within the trace),
-    ``first_start_s``, ``rounds``, ``sync_s``, ``batches`` and ``states`` (sites x polls, ``STATE_NAMES``)."""
+    ``first_start_s``, ``rounds``, ``sync_s``, ``batches``, ``states`` (sites x polls, ``STATE_NAMES``),
+    ``batches_log`` (sites x polls: batches trained in each poll interval) and ``sync_log`` (polls: sites
+    averaging where a round closes, else 0); the last three feed :func:`round_schedule`."""
     policy = policy.check()
     values = np.ascontiguousarray(np.asarray(trace["intensity"].transpose("site", "time").values, dtype=float))
     S = values.shape[0]
@@ -374,16 +379,62 @@ def run_policy(trace: xr.Dataset, policy: Policy, step_s: Sequence[float], train
     target = check_float("target_batches", target_batches, 0.0, open_min=True)
     polls = int(values.shape[1] * SLOT_S / policy.poll_s)
     states = np.zeros((S, polls), dtype=np.int8)
+    batches_log = np.zeros((S, polls))
+    sync_log = np.zeros(polls, dtype=np.int8)
     per_site, run = K.simulate(values, SLOT_S, policy.poll_s, policy.threshold, policy.provision_s,
                                policy.hysteresis_s, policy.round_s, arrays["step_s"], sync, arrays["train_W"],
-                               arrays["idle_W"], target, states)
+                               arrays["idle_W"], target, states, batches_log, sync_log)
     out = {name: per_site[:, slot].copy() for name, slot in (
         ("train_s", K.R_TRAIN_S), ("idle_s", K.R_IDLE_S), ("energy_J", K.R_ENERGY_J),
         ("emissions_g", K.R_EMISSIONS_G), ("batches", K.R_BATCHES), ("starts", K.R_STARTS))}
     out.update({"end_s": float(run[K.G_END_S]), "first_start_s": float(run[K.G_FIRST_START_S]),
                 "rounds": int(run[K.G_ROUNDS]), "sync_s": float(run[K.G_SYNC_S]),
-                "batches_total": float(run[K.G_BATCHES]), "states": states})
+                "batches_total": float(run[K.G_BATCHES]), "states": states, "batches_log": batches_log,
+                "sync_log": sync_log})
     return out
+
+
+def round_schedule(result: Mapping) -> dict:
+    """The averaging schedule of a :func:`run_policy` result, for the convergence engine.
+
+    Rounds are the stretches between two polls where a round closes (``sync_log``); in each, a
+    site's ``steps`` are the whole batches it completed (``floor`` of its cumulative batches at the
+    round's end minus at its start, so no batch is counted twice), ``joins`` marks the round in
+    which a site starts a spell of training (it then restarts from the last average), and
+    ``averages`` the sites training at the poll where the round closes."""
+    states = np.asarray(result["states"])
+    log = np.asarray(result["batches_log"], dtype=float)
+    syncs = np.flatnonzero(np.asarray(result["sync_log"]) > 0)
+    S, polls = states.shape
+    bounds = np.concatenate([[0], syncs, [polls]])
+    cum = np.floor(np.concatenate([np.zeros((S, 1)), np.cumsum(log, axis=1)], axis=1) + 1e-9)
+    steps = np.diff(cum[:, bounds], axis=1).T.astype(np.int64)
+    training = states == K.TRAINING
+    spell_start = training & ~np.concatenate([np.zeros((S, 1), bool), training[:, :-1]], axis=1)
+    round_of = np.searchsorted(bounds, np.arange(polls), side="right") - 1
+    joins = np.zeros(steps.shape, bool)
+    for k, i in zip(*np.nonzero(spell_start)):
+        joins[round_of[i], k] = True
+    averages = np.zeros(steps.shape, bool)
+    averages[: len(syncs)] = training[:, syncs].T
+    return {"steps": steps, "joins": joins, "averages": averages}
+
+
+def averaging_cost(result: Mapping, problem, lr: float = 0.05, batch_size: int = 8, seed: int = 0) -> dict:
+    """The statistical cost of the run's model averaging: the convergence engine's SGD on
+    ``problem`` (:func:`trainscale.convergence.run_schedule`) over the run's schedule
+    (:func:`round_schedule`), against one site taking the same number of steps in sequence with
+    the same mini-batches. Returns ``loss``, ``single_loss``, ``loss_ratio`` (multi-site over one
+    site) and ``steps``."""
+    from . import convergence
+
+    sched = round_schedule(result)
+    multi = convergence.run_schedule(problem, sched["steps"], sched["joins"], sched["averages"], lr, batch_size, seed)
+    total = np.array([[multi["steps"]]], dtype=np.int64)
+    single = convergence.run_schedule(problem, total, np.ones((1, 1), bool), np.zeros((1, 1), bool), lr,
+                                      batch_size, seed)
+    return {"loss": multi["loss"], "single_loss": single["loss"], "loss_ratio": multi["loss"] / single["loss"],
+            "steps": multi["steps"]}
 
 
 def always_on(trace: xr.Dataset, site: str, step_s: float, train_W: float, target_batches: float) -> dict:

@@ -103,12 +103,14 @@ def update_site(state, above_since, ready_at, t, below, provision_s, hysteresis_
 
 @njit(cache=True)
 def simulate(intensity, slot_s, poll_s, threshold, provision_s, hysteresis_s, round_s, step_s, sync_s,
-             train_W, idle_W, target_batches, states):
+             train_W, idle_W, target_batches, states, batches_log, sync_log):
     """Run the controller over ``intensity`` (sites x slots, gCO2/kWh, one value per ``slot_s``).
 
     ``step_s``, ``train_W``, ``idle_W``: per site; ``sync_s[n]``: seconds to average ``n`` models.
-    ``states`` (sites x polls, int8) receives each site's state at every poll (as far as the run
-    goes; the rest is left as given). Returns (per-site results ``R_*``, run results ``G_*``)."""
+    ``states`` (sites x polls, int8) receives each site's state at every poll, ``batches_log``
+    (sites x polls) the batches each site trained in the poll interval, and ``sync_log`` (polls,
+    int8) the number of sites averaging at a poll where a round closes (as far as the run goes;
+    the rest is left as given). Returns (per-site results ``R_*``, run results ``G_*``)."""
     S, T = intensity.shape
     per_site = np.zeros((S, N_SITE_RESULTS))
     run = np.zeros(N_RUN_RESULTS)
@@ -146,6 +148,7 @@ def simulate(intensity, slot_s, poll_s, threshold, provision_s, hysteresis_s, ro
                 round_start = t
             elif t - round_start >= round_s:
                 sync_until = t + sync_s[training]
+                sync_log[k] = training
                 run[G_ROUNDS] += 1
                 run[G_SYNC_S] += sync_s[training]
                 round_start = sync_until
@@ -173,6 +176,7 @@ def simulate(intensity, slot_s, poll_s, threshold, provision_s, hysteresis_s, ro
             per_site[s, R_ENERGY_J] += energy
             per_site[s, R_EMISSIONS_G] += energy * intensity[s, slot] / J_PER_KWH
             per_site[s, R_BATCHES] += train / step_s[s]
+            batches_log[s, k] = train / step_s[s]
         done += progress * frac
         if finished:
             run[G_END_S] = t + length

@@ -293,6 +293,84 @@ def run_sync(kind, hidden, lam, X, y, x0, batches, opt, lr, beta1, beta2, eps, e
         x_out[j] = x[j]
 
 
+@njit(cache=True)
+def _weighted_average(XS, weight, members, out):
+    """``out = sum_k w_k x_k / sum_k w_k`` over the sites ``k`` with ``members[k]`` (site order)."""
+    total = 0.0
+    for j in range(out.shape[0]):
+        out[j] = 0.0
+    for k in range(XS.shape[0]):
+        if members[k] and weight[k] > 0.0:
+            total += weight[k]
+            for j in range(out.shape[0]):
+                out[j] += weight[k] * XS[k, j]
+    if total > 0.0:
+        for j in range(out.shape[0]):
+            out[j] /= total
+    return total
+
+
+@njit(cache=True)
+def run_rounds(kind, hidden, lam, X, y, x0, batches, steps, joins, averages, lr, x_out):
+    """SGD on ``S`` sites over a schedule of ``R`` rounds, averaging weighted by batches (the
+    curtailment runs' statistics; :func:`trainscale.curtailment.averaging_cost`).
+
+    Site ``k`` holds parameters ``x_k``; ``x_g`` is the last average (``x0`` at first). Round ``r``:
+    a site with ``joins[r, k]`` starts from ``x_g``; site ``k`` takes ``steps[r, k]`` SGD steps of
+    ``lr`` (its mini-batches are the next rows of ``batches``, ``int64[sum(steps), B]``, sites in
+    order, so the draws never depend on the schedule's shape); ``n_k`` counts its steps since it
+    last took part in an average (a site that joins restarts from ``x_g`` with ``n_k = 0``: what it
+    trained after the last average it took part in is lost). At the end of round ``r`` the sites
+    with ``averages[r, k]`` (those training when the round closes) take the average
+
+    .. math:: \bar x = \sum_k n_k x_k \big/ \sum_k n_k,
+
+    and ``x_g = x_k = \bar x``, ``n_k = 0`` for them. After the last round the pending sites
+    (``n_k > 0``) are averaged with the same weights into ``x_out`` (``x_g`` if none is pending).
+    A schedule with one site and no average is plain sequential SGD."""
+    R, S = steps.shape
+    p = x0.shape[0]
+    hw = max(hidden, 1)
+    XS = np.empty((S, p))
+    xg = x0.copy()
+    for k in range(S):
+        for j in range(p):
+            XS[k, j] = x0[j]
+    pending = np.zeros(S)
+    g = np.empty(p)
+    work = np.empty(hw)
+    row = 0
+    members = np.zeros(S, dtype=np.bool_)
+    for r in range(R):
+        for k in range(S):
+            if joins[r, k]:
+                pending[k] = 0.0
+                for j in range(p):
+                    XS[k, j] = xg[j]
+            for t in range(steps[r, k]):
+                batch_grad(kind, hidden, lam, XS[k], X, y, batches[row], g, work)
+                for j in range(p):
+                    XS[k, j] -= lr * g[j]
+                row += 1
+            pending[k] += steps[r, k]
+        any_member = False
+        for k in range(S):
+            members[k] = averages[r, k] and pending[k] > 0.0
+            any_member = any_member or members[k]
+        if any_member:
+            if _weighted_average(XS, pending, members, xg) > 0.0:
+                for k in range(S):
+                    if members[k]:
+                        pending[k] = 0.0
+                        for j in range(p):
+                            XS[k, j] = xg[j]
+    for k in range(S):
+        members[k] = pending[k] > 0.0
+    if _weighted_average(XS, pending, members, x_out) == 0.0:
+        for j in range(p):
+            x_out[j] = xg[j]
+
+
 @njit(parallel=True, cache=True)
 def run_local(kind, hidden, lam, X, y, x0, batches, H, opt, lr, beta1, beta2, eps,
               outer_lr, outer_momentum, delayed, eval_every,

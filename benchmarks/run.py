@@ -18,6 +18,9 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * curtailment: the controller of ``curtailment.run_policy`` (four sites, the paper's policy) over the
   whole of a seeded 28-day trace, in simulated site-hours per second, next to the same code as plain
   Python (``NUMBA_DISABLE_JIT=1``, 2 days), which must agree: site states exactly, totals to 1e-12.
+* swarm: 20,000 placements of a 20-server volunteer swarm serving BLOOM-176B, each routed by PETALS' rule
+  and priced (``kernels.swarm.evaluate_many``), in chains per second, next to ``swarm.reference_evaluate``
+  (plain Python, 400 of them), which must agree to 1e-12.
 * optimizer: synchronous data-parallel SGD (``kernels.optim.run_sync``, compressor ``none``) on a
   least-squares problem with 10,000 parameters, 8 workers, per-worker batch 16, the batches of
   ``convergence.run_batches``, for >= 1,000 steps (doubled until the kernel runs >= 0.5 s), Numba
@@ -31,6 +34,9 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
   ``make_problem("least_squares", kappa=1, heterogeneity=0)`` would (isotropic Gaussian features,
   unit-norm teacher, label noise 0.1) but without its d x d rotation and closed-form optimum,
   which are O(d^3) and would take minutes at d = 10,000.
+* kernel machines: block-splitting ADMM (``kernelmachines.admm_solve``, random Fourier features, 4096 examples
+  over 4 workers, 512 features in 4 blocks, 20 iterations) in example-feature updates per second, next to the
+  same iterations in NumPy (``kernelmachines.admm_numpy``); the weights must agree to 1e-12.
 """
 
 from __future__ import annotations
@@ -236,6 +242,8 @@ def main() -> int:
     pipeline_section(failures)
     optimizer_section(failures)
     curtailment_section(failures)
+    swarm_section(failures)
+    kernelmachines_section(failures)
     sweep_section(failures)
 
     if failures:
@@ -471,6 +479,85 @@ def curtailment_section(failures: list) -> None:
     if bad:
         print(f"curtailment kernel and plain Python disagree on {bad}", file=sys.stderr)
         failures.append("curtailment reference mismatch")
+
+
+KM_EXAMPLES, KM_FEATURES, KM_WORKERS, KM_BLOCKS, KM_ITERATIONS = 4096, 512, 4, 4, 20
+
+
+def kernelmachines_section(failures: list) -> None:
+    """Block-splitting ADMM (``kernelmachines.admm_solve``: random Fourier features of a generated problem,
+    4096 examples over 4 workers, 512 features in 4 blocks, 3 classes, cached Cholesky block solves) for 20
+    iterations, in example-feature updates per second (examples x features x iterations / s), next to the same
+    iterations in NumPy (``kernelmachines.admm_numpy``, block solves by ``numpy.linalg.solve``, BLAS). Both
+    include their one-time block set-up (Cholesky factors / Gram matrices). Compiled once, then best of 3 each; the weights must agree to 1e-12 (max abs difference over max abs value)."""
+    from trainscale import kernelmachines as km
+
+    p = km.make_problem(KM_EXAMPLES, 10, 10, 3, 8, 1.0, 1.5, seed=0)
+    omega, phase = km.random_features(10, KM_FEATURES, 2.5, seed=0)
+    Z, T = km.features(p["X_train"], omega, phase), p["T_train"]
+    args = (Z, T, 0.5, KM_WORKERS, KM_BLOCKS)
+    km.admm_solve(*args, 2)  # compile / load the cache
+
+    def best(call):
+        out, seconds = None, math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            out = call()
+            seconds = min(seconds, time.perf_counter() - t0)
+        return out, seconds
+
+    no_ref = np.zeros((KM_FEATURES, T.shape[1]))  # skip the direct solve admm_solve would make for its distances
+    W_kernel, seconds = best(lambda: km.admm_solve(*args, KM_ITERATIONS, W_ref=no_ref)["W"])
+    W_numpy, numpy_seconds = best(lambda: km.admm_numpy(*args, KM_ITERATIONS))
+    updates = KM_EXAMPLES * KM_FEATURES * KM_ITERATIONS
+    worst = float(np.max(np.abs(W_kernel - W_numpy))) / max(float(np.max(np.abs(W_numpy))), 1e-300)
+    bench("kernelmachines_updates_per_s", updates / seconds, "1/s")
+    bench("kernelmachines_numpy_updates_per_s", updates / numpy_seconds, "1/s")
+    bench("kernelmachines_vs_numpy_ratio", numpy_seconds / seconds, "x")
+    bench("kernelmachines_max_rel_diff", worst, "1")
+    if not worst <= 1e-12:
+        print(f"kernel machines: Numba ADMM and NumPy disagree, max rel diff {worst:.3g}", file=sys.stderr)
+        failures.append("kernelmachines reference mismatch")
+
+
+SWARM_PLACEMENTS, SWARM_SAMPLE = 20000, 400
+
+
+def swarm_section(failures: list) -> None:
+    """The swarm search's inner loop: placements of a 20-server volunteer swarm serving BLOOM-176B, each routed
+    by PETALS' rule and priced (``kernels.swarm.evaluate_many``), in chains per second (compiled once, best of
+    3), next to ``swarm.reference_evaluate`` (the same model in plain Python) on a sample, which must agree to
+    1e-12."""
+    from trainscale import swarm as W
+    from trainscale.kernels import swarm as KS
+    from trainscale.studies import heterogeneous_swarm as H
+
+    gpus, bw, rtt = H.mixed_swarm(20, 0.43, [100.0, 1000.0], 20.0)
+    spec = W.SwarmSpec(W.make_swarm(gpus, bw, rtt).servers, int8_slowdown=2.0, int8_overhead_s=0.002)
+    a = W.server_arrays(spec)
+    rng = np.random.default_rng(11)
+    pop = np.stack([W._random_tiling(rng, a["spans"], a["L"]) for _ in range(SWARM_PLACEMENTS)])
+    out = np.empty((pop.shape[0], 3))
+    args = (a["spans"], a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"], a["penalty_s"], a["tput"], a["L"],
+            a["act_bytes"], out)
+    KS.evaluate_many(pop[:10], *args[:-1], out[:10])  # compile / load the cache
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        KS.evaluate_many(pop, *args)
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    ref = [W.reference_evaluate(row, a) for row in pop[:SWARM_SAMPLE]]
+    python_s = time.perf_counter() - t0
+    rate, python_rate = pop.shape[0] / min(times), SWARM_SAMPLE / python_s
+    bench("swarm_chains_per_s", rate, "chains/s")
+    bench("swarm_python_chains_per_s", python_rate, "chains/s")
+    bench("swarm_vs_python_ratio", rate / python_rate, "x")
+    worst = max(max(abs(o[0] - r[0]) / r[0], abs(o[1] - r[1]) / max(r[1], 1e-300)) for o, r in zip(out, ref))
+    bench("swarm_reference_max_rel_diff", worst, "1")
+    if not worst <= 1e-12:
+        print(f"swarm kernel and plain Python disagree: max rel diff {worst:.3g}", file=sys.stderr)
+        failures.append("swarm reference mismatch")
 
 
 if __name__ == "__main__":

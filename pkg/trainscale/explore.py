@@ -518,6 +518,12 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
     "datacenter-design": FigureSpec("datacenter_design.nc", "mfu_vs_domain.png", ("mfu_domain",), "domain",
                                     color="model", dash="network", log_x=True,
                                     title="MFU at the best plan over the scale-up domain"),
+    "big-model-scheduling": FigureSpec("accuracy.nc", "accuracy.png", ("test_accuracy",), "n_features",
+                                       color="sigma", reduce={"feature_seed": "mean"}, log_x=True,
+                                       title="test accuracy over the number of random features (mean over draws)"),
+    "heterogeneous-swarm": FigureSpec("petals.nc", "parity.png", ("predicted",), "published", color="metric",
+                                      kind="parity", log_x=True, log_y=True,
+                                      title="PETALS' placement and route: predicted vs PETALS' measured rates"),
 }
 
 GANTT_OPS = ("forward", "backward", "weight gradient")

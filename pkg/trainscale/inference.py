@@ -19,7 +19,7 @@ from .kernels import inference as K
 from .perfmodel import GiB, calibration_vector, model_vector, system_vector
 from .specs import ModelSpec, SpecError, SystemSpec, resolve_model, resolve_system
 
-__all__ = ["Decode", "Prefill", "check_tp", "decode", "kv_cache_bytes_per_gpu", "layer_flops", "memory_fits", "prefill",
+__all__ = ["Decode", "Prefill", "block_time_s", "check_tp", "decode", "kv_cache_bytes_per_gpu", "layer_flops", "memory_fits", "prefill",
            "prefill_grid", "weight_bytes_per_gpu"]
 
 
@@ -85,6 +85,24 @@ def layer_flops(model, tp: int, tokens: int, context: int = 0, batch: int = 1) -
     return float(K.layer_flops(check_int("batch", batch, 1), check_int("tokens", tokens, 1),
                                check_int("context", context, 0), model.hidden, model.heads, kv,
                                model.ffn_hidden, model.ffn_matrices, tp))
+
+
+def block_time_s(model, system, tokens: int, context: int = 0, batch: int = 1,
+                 calibration: Mapping[str, float] | None = None) -> float:
+    """Seconds of one transformer block on one GPU (no tensor parallelism) for ``tokens`` new tokens of
+    ``batch`` sequences after ``context`` cached ones: a decode step's layer (``tokens`` = 1: weight GEMVs,
+    attention over the cache) or a prefill chunk's attention and MLP blocks; 16-bit weights."""
+    model, system, calib = _setup(model, system, calibration)
+    s = check_int("tokens", tokens, 1)
+    ctx = check_int("context", context, 0)
+    b = check_int("batch", batch, 1)
+    h, kv = float(model.hidden), float(model.kv_heads * model.head_dim)
+    peak, hbm, sms = system.peak_flops_bf16, system.hbm_bandwidth_GBps * 1e9, system.sm_count
+    if s == 1:
+        return float(K.decode_layer_compute(b, ctx, h, model.heads, kv, model.ffn_hidden, model.ffn_matrices, 1.0,
+                                            peak, hbm, calib))
+    return float(K.attention_block_time(b, s, ctx, h, model.heads, kv, 1.0, peak, hbm, sms, calib)
+                 + K.mlp_block_time(b, s, h, model.ffn_hidden, model.ffn_matrices, 1.0, peak, hbm, sms, calib))
 
 
 def weight_bytes_per_gpu(model, tp: int) -> float:

@@ -1,0 +1,197 @@
+"""heterogeneous-swarm: the swarm model (trainscale.swarm, kernels.swarm) against brute force and hand-worked
+cases, the int8 fit, NSGA-II against PETALS' choice, bad swarm files, and the study's records. The comparison
+with PETALS' numbers is judged on the committed full datasets by ``trainscale verify``."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainscale import comparison
+from trainscale import io as tsio
+from trainscale import swarm as W
+from trainscale.kernels import swarm as K
+from trainscale.specs import SpecError
+from trainscale.studies import heterogeneous_swarm as study
+
+
+def brute_force_route_cost(starts, spans, rtt, dec, pen, L):
+    """The cheapest chain from block 0 to L under PETALS' edge costs, by enumerating every chain."""
+    best = math.inf
+    stack = [(0, 0.0)]
+    while stack:
+        i, cost = stack.pop()
+        if i == L:
+            best = min(best, cost)
+            continue
+        for s in range(len(starts)):
+            a, n = starts[s], spans[s]
+            if not a <= i < a + n:
+                continue
+            for j in range(i + 1, min(L, a + n) + 1):
+                stack.append((j, cost + 0.5 * rtt[s] + (j - i) * dec[s] + pen[s]))
+    return best
+
+
+@st.composite
+def small_swarms(draw):
+    L = draw(st.integers(2, 7))
+    S = draw(st.integers(1, 4))
+    spans = np.array([draw(st.integers(1, L)) for _ in range(S)], np.int64)
+    starts = np.array([draw(st.integers(0, L - n)) for n in spans], np.int64)
+    floats = st.floats(0.0, 1.0, allow_nan=False)
+    rtt = np.array([draw(floats) for _ in range(S)])
+    dec = np.array([draw(st.floats(1e-3, 1.0)) for _ in range(S)])
+    pen = np.array([draw(st.sampled_from([0.0, 10.0])) for _ in range(S)])
+    return L, starts, spans, rtt, dec, pen
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_swarms())
+def test_router_equals_brute_force_shortest_path(swarm):
+    L, starts, spans, rtt, dec, pen = swarm
+    hs, hf, ht = (np.empty(L, np.int64) for _ in range(3))
+    n = K.route(starts, spans, rtt, dec, pen, L, hs, hf, ht)
+    want = brute_force_route_cost(starts, spans, rtt, dec, pen, L)
+    if not math.isfinite(want):
+        assert n == 0
+        return
+    assert n > 0 and hf[0] == 0 and ht[n - 1] == L
+    assert all(ht[h] == hf[h + 1] for h in range(n - 1))  # hops chain up
+    for h in range(n):  # every hop stays inside its server's span
+        s = hs[h]
+        assert starts[s] <= hf[h] < ht[h] <= starts[s] + spans[s]
+    got = sum(0.5 * rtt[s] + (j - i) * dec[s] + pen[s] for s, i, j in zip(hs[:n], hf[:n], ht[:n]))
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def _mixed(k=2.0, c=0.002, **kw):
+    gpus, bw, rtt = study.mixed_swarm(12, 0.5, [100.0, 1000.0], 20.0)
+    return W.SwarmSpec(W.make_swarm(gpus, bw, rtt).servers, int8_slowdown=k, int8_overhead_s=c, **kw)
+
+
+def test_kernel_evaluation_equals_the_plain_python_reference():
+    spec = _mixed()
+    a = W.server_arrays(spec)
+    rng = np.random.default_rng(0)
+    pop = np.stack([W._random_tiling(rng, a["spans"], a["L"]) for _ in range(30)]
+                   + [rng.integers(0, a["L"] - a["spans"] + 1) for _ in range(30)])
+    out = np.empty((pop.shape[0], 3))
+    K.evaluate_many(pop, a["spans"], a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"], a["penalty_s"], a["tput"],
+                    a["L"], a["act_bytes"], out)
+    for row, res in zip(pop, out):
+        lat, thr = W.reference_evaluate(row, a)
+        if math.isinf(lat):
+            assert res[0] >= K.INF
+        else:
+            assert res[0] == pytest.approx(lat, rel=1e-12)
+        assert res[1] == pytest.approx(thr, rel=1e-12)
+
+
+def test_petals_placement_holds_every_block_and_balances_identical_servers():
+    spec = W.make_swarm(["dgx-a100-80gb"] * 3, 1000.0, 5.0)
+    a = W.server_arrays(spec)
+    choice = W.petals_choice(spec, a)
+    assert K.uncovered_blocks(choice["starts"], a["spans"], a["L"]) == 0
+    # three equal servers of 31 blocks over 70: the weakest block is held by one server, the rest by up to two
+    blocks = np.empty(a["L"])
+    K.block_throughputs(choice["starts"], a["spans"], a["tput"], a["L"], blocks)
+    assert blocks.min() == pytest.approx(a["tput"][0]) and blocks.max() == pytest.approx(2 * a["tput"][0])
+    assert len(choice["chain"]) == 3 and choice["chain"][0][1] == 0 and choice["chain"][-1][2] == a["L"]
+
+
+def test_router_avoids_a_server_without_cache_room():
+    L = 4
+    spans = np.array([4, 4], np.int64)
+    starts = np.array([0, 0], np.int64)
+    rtt, dec = np.array([0.01, 0.01]), np.array([0.01, 0.011])  # server 0 is faster ...
+    pen = np.array([W.CACHE_PENALTY_S, 0.0])  # ... but its cache is full
+    hs, hf, ht = (np.empty(L, np.int64) for _ in range(3))
+    assert K.route(starts, spans, rtt, dec, pen, L, hs, hf, ht) == 1 and hs[0] == 1
+    pen[0] = 0.0
+    assert K.route(starts, spans, rtt, dec, pen, L, hs, hf, ht) == 1 and hs[0] == 0
+
+
+def test_int8_fit_reproduces_its_two_targets():
+    spec = W.make_swarm(["dgx-a100-80gb"] * 3, 1000.0, 5.0)
+    k, c = W.fit_int8(spec, 1.71, 253.6, 64)
+    assert k > 1.0 and 0.0 <= c < 0.01
+    fitted = W.SwarmSpec(spec.servers, int8_slowdown=k, int8_overhead_s=c)
+    assert W.petals_choice(fitted)["steps_per_s"] == pytest.approx(1.71, rel=1e-9)
+    b64 = W.SwarmSpec(spec.servers, int8_slowdown=k, int8_overhead_s=c, forward_batch=64)
+    assert W.petals_choice(b64)["forward_tokens_per_s"] == pytest.approx(253.6, rel=1e-9)
+
+
+def test_nsga2_front_dominates_or_equals_petals_choice_and_is_seeded():
+    spec = _mixed()
+    a = W.server_arrays(spec)
+    choice = W.petals_choice(spec, a)
+    front = W.pareto_search(spec, population=16, generations=8, seed=3, arrays=a)
+    assert front["latency_s"].size > 0
+    assert W.dominates_or_equals(front["latency_s"], front["swarm_tokens_per_s"], choice["latency_s"],
+                                 choice["swarm_tokens_per_s"])
+    # the front is non-dominated: no point is at least as good as another in both objectives and better in one
+    lat, thr = front["latency_s"], front["swarm_tokens_per_s"]
+    for i, j in itertools.permutations(range(lat.size), 2):
+        assert not (lat[i] <= lat[j] and thr[i] >= thr[j] and (lat[i] < lat[j] or thr[i] > thr[j]))
+    again = W.pareto_search(spec, population=16, generations=8, seed=3, arrays=a)
+    np.testing.assert_array_equal(front["starts"], again["starts"])
+
+
+def test_a_swarm_too_small_to_hold_the_model_has_no_front():
+    spec = W.make_swarm(["rtx3060-pcie"] * 3, 1000.0, 5.0)
+    a = W.server_arrays(spec)
+    assert a["spans"].sum() < a["L"]
+    assert math.isinf(W.petals_choice(spec, a)["latency_s"])
+    assert W.pareto_search(spec, 8, 2, 0, a)["latency_s"].size == 0
+
+
+@pytest.mark.parametrize("text, field", [
+    ("servers:\n  - {gpu: nope, bandwidth_Mbps: 100, rtt_ms: 5}\n", "servers[0].gpu"),
+    ("servers:\n  - {gpu: rtx3060-pcie, bandwidth_Mbps: 100, rtt_ms: -5}\n", "servers[0].rtt_ms"),
+    ("servers:\n  - {gpu: rtx3060-pcie, rtt_ms: 5}\n", "servers[0].bandwidth_Mbps"),
+    ("servers:\n  - {gpu: rtx3060-pcie, bandwidth_Mbps: fast, rtt_ms: 5}\n", "servers[0].bandwidth_Mbps"),
+    ("servers:\n  - {gpu: rtx3060-pcie, bandwidth_Mbps: 100, rtt_ms: 5, count: 0}\n", "servers[0].count"),
+    ("servers:\n  - {gpu: rtx3060-pcie, bandwidth_Mbps: 100, rtt_ms: 5, colour: red}\n", "servers[0].colour"),
+    ("servers: []\n", "servers"),
+    ("model: bloom-176b\n", "servers"),
+])
+def test_bad_swarm_files_get_one_line(tmp_path, text, field):
+    path = tmp_path / "swarm.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        W.load_swarm(path)
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_swarm_file_round_trip(tmp_path):
+    path = tmp_path / "swarm.yaml"
+    path.write_text("servers:\n  - {gpu: rtx-a5000-pcie, bandwidth_Mbps: 1000, rtt_ms: 10, count: 3}\n"
+                    "  - {gpu: rtx3060-pcie, bandwidth_Mbps: 100, rtt_ms: 40, cache_full: true}\n")
+    spec = W.load_swarm(path)
+    assert len(spec.servers) == 4 and spec.servers[3].cache_full and spec.servers[0].gpu == "rtx-a5000-pcie"
+    a = W.server_arrays(spec)
+    assert a["penalty_s"].tolist() == [0.0, 0.0, 0.0, W.CACHE_PENALTY_S]
+
+
+def test_study_tables_and_records(tmp_path):
+    base = {"size": 12, "strong_share": 0.5, "bandwidth_Mbps": [100.0, 1000.0], "rtt_ms": 20.0}
+    tab = study.petals_table(base)
+    assert tab["fitted"].sum() == 2  # the two numbers the int8 cost is fitted to
+    fit = tab.sel(setting=study.FIT_SETTING)
+    assert float(fit["predicted"].sel(metric="steps_per_s")) == pytest.approx(1.71, rel=1e-9)
+    search = study.search_sweep(base, [10], [1.0], [300.0], [50.0], population=12, generations=4, seed=1)
+    assert search.sizes["case"] == 5 and np.all(search["latency_gain"].values[np.isfinite(search["latency_gain"])] <= 1)
+    tsio.write_dataset(tab, tmp_path / "petals.nc")
+    tsio.write_dataset(search, tmp_path / "search.nc")
+    records = study.compare(tmp_path)
+    assert len(records) == 8  # 9 published numbers, 2 fitted left out, plus NSGA-II vs PETALS
+    for r in records:
+        assert r.study == study.STUDY and r.verdict in comparison.VERDICTS
+    for ds in (tab, search):
+        for name in list(ds.data_vars) + list(ds.coords):
+            assert ds[name].attrs.get("long_name"), name

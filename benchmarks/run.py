@@ -18,9 +18,9 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * curtailment: the controller of ``curtailment.run_policy`` (four sites, the paper's policy) over the
   whole of a seeded 28-day trace, in simulated site-hours per second, next to the same code as plain
   Python (``NUMBA_DISABLE_JIT=1``, 2 days), which must agree: site states exactly, totals to 1e-12.
-* swarm: 20,000 placements of a 20-server volunteer swarm serving BLOOM-176B, each routed by PETALS' rule
-  and priced (``kernels.swarm.evaluate_many``), in chains per second, next to ``swarm.reference_evaluate``
-  (plain Python, 400 of them), which must agree to 1e-12.
+* swarm: 20,000 placements of a 20-server volunteer swarm serving BLOOM-176B, each given its least-latency
+  chain (the swarm search's inner loop) and priced (``kernels.swarm.evaluate_many``), in chains per second,
+  next to ``swarm.reference_evaluate`` (plain Python, 400 of them), which must agree to 1e-12.
 * optimizer: synchronous data-parallel SGD (``kernels.optim.run_sync``, compressor ``none``) on a
   least-squares problem with 10,000 parameters, 8 workers, per-worker batch 16, the batches of
   ``convergence.run_batches``, for >= 1,000 steps (doubled until the kernel runs >= 0.5 s), Numba
@@ -37,6 +37,10 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * kernel machines: block-splitting ADMM (``kernelmachines.admm_solve``, random Fourier features, 4096 examples
   over 4 workers, 512 features in 4 blocks, 20 iterations) in example-feature updates per second, next to the
   same iterations in NumPy (``kernelmachines.admm_numpy``); the weights must agree to 1e-12.
+* recsys meta-learning: first-order MAML outer steps of a DLRM-style model (``metarec.dp_step``: 8 tables of 2,000
+  rows, dim 16, hidden 64, 64 tasks of 32 support + 32 query examples, 2 inner steps) in examples processed
+  (forward + backward) per second, next to the same step in NumPy (``metarec.outer_step_numpy``) and G-Meta's
+  hybrid schedule on 4 workers (``metarec.hybrid_step``); all three must agree to 1e-12.
 """
 
 from __future__ import annotations
@@ -244,6 +248,7 @@ def main() -> int:
     curtailment_section(failures)
     swarm_section(failures)
     kernelmachines_section(failures)
+    recsys_section(failures)
     sweep_section(failures)
 
     if failures:
@@ -525,9 +530,9 @@ SWARM_PLACEMENTS, SWARM_SAMPLE = 20000, 400
 
 def swarm_section(failures: list) -> None:
     """The swarm search's inner loop: placements of a 20-server volunteer swarm serving BLOOM-176B, each routed
-    by PETALS' rule and priced (``kernels.swarm.evaluate_many``), in chains per second (compiled once, best of
-    3), next to ``swarm.reference_evaluate`` (the same model in plain Python) on a sample, which must agree to
-    1e-12."""
+    to its least-latency chain (``swarm.pareto_search``'s default) and priced (``kernels.swarm.evaluate_many``),
+    in chains per second (compiled once, best of 3), next to ``swarm.reference_evaluate`` (the same model in
+    plain Python) on a sample, which must agree to 1e-12."""
     from trainscale import swarm as W
     from trainscale.kernels import swarm as KS
     from trainscale.studies import heterogeneous_swarm as H
@@ -538,8 +543,8 @@ def swarm_section(failures: list) -> None:
     rng = np.random.default_rng(11)
     pop = np.stack([W._random_tiling(rng, a["spans"], a["L"]) for _ in range(SWARM_PLACEMENTS)])
     out = np.empty((pop.shape[0], 3))
-    args = (a["spans"], a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"], a["penalty_s"], a["tput"], a["L"],
-            a["act_bytes"], out)
+    weight, hop_s = W.route_costs(a, "optimal")
+    args = (a["spans"], a["rtt_s"], a["dec_s"], a["bw_Bps"], hop_s, weight, a["tput"], a["L"], a["act_bytes"], out)
     KS.evaluate_many(pop[:10], *args[:-1], out[:10])  # compile / load the cache
     times = []
     for _ in range(3):
@@ -547,7 +552,7 @@ def swarm_section(failures: list) -> None:
         KS.evaluate_many(pop, *args)
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    ref = [W.reference_evaluate(row, a) for row in pop[:SWARM_SAMPLE]]
+    ref = [W.reference_evaluate(row, a, "optimal") for row in pop[:SWARM_SAMPLE]]
     python_s = time.perf_counter() - t0
     rate, python_rate = pop.shape[0] / min(times), SWARM_SAMPLE / python_s
     bench("swarm_chains_per_s", rate, "chains/s")
@@ -558,6 +563,64 @@ def swarm_section(failures: list) -> None:
     if not worst <= 1e-12:
         print(f"swarm kernel and plain Python disagree: max rel diff {worst:.3g}", file=sys.stderr)
         failures.append("swarm reference mismatch")
+
+
+RS_FIELDS, RS_ROWS, RS_DIM, RS_HIDDEN, RS_TASKS, RS_SUPPORT, RS_QUERY, RS_INNER = 8, 2000, 16, 64, 64, 32, 32, 2
+
+
+def recsys_section(failures: list) -> None:
+    """First-order MAML outer steps of the recsys-meta-learning model (``metarec.dp_step``, one worker: the Numba
+    task kernel over the tasks in ``prange``) in forward + backward examples per second (tasks x (support x
+    (inner steps + 1) + query) / s; the support loss before adaptation counts as one pass), next to the same
+    step in NumPy (``metarec.outer_step_numpy``, one task at a time, BLAS GEMMs) and the hybrid schedule on 4
+    workers (``metarec.hybrid_step``: row shards, all-to-all lookups). Compiled once, then best of 3 each; the
+    parameters after the step must agree to 1e-12 (max abs difference over max abs value)."""
+    from trainscale import metarec as M
+
+    prob = M.make_problem(RS_FIELDS, RS_ROWS, RS_DIM, 256, 50, 1.5, 3.0, seed=0)
+    rng = np.random.default_rng(0)
+    batch = M.sample_batch(prob, rng.integers(0, 256, RS_TASKS), RS_SUPPORT, RS_QUERY, rng)
+    start = M.init_params(RS_FIELDS, RS_ROWS, RS_DIM, RS_HIDDEN, seed=0)
+    step = (RS_HIDDEN, 0.5, RS_INNER, 1.0)
+
+    def best(run):
+        out, seconds = None, math.inf
+        for _ in range(3):
+            table, dense = start[0].copy(), start[1].copy()
+            t0 = time.perf_counter()
+            table = run(table, dense)
+            seconds = min(seconds, time.perf_counter() - t0)
+            out = np.concatenate([table.ravel(), dense])
+        return out, seconds
+
+    def dp(table, dense):
+        M.dp_step(table, dense, batch, 1, *step)
+        return table
+
+    def hybrid(table, dense):
+        shards = M.shard_table(table, 4)
+        M.hybrid_step(shards, dense, batch, *step)
+        return M.unshard(shards)
+
+    def numpy(table, dense):
+        M.outer_step_numpy(table, dense, batch, *step)
+        return table
+
+    dp(start[0].copy(), start[1].copy())  # compile / load the cache
+    kernel, seconds = best(dp)
+    hyb, hybrid_seconds = best(hybrid)
+    ref, numpy_seconds = best(numpy)
+    examples = RS_TASKS * (RS_SUPPORT * (RS_INNER + 1) + RS_QUERY)
+    scale = max(float(np.max(np.abs(ref))), 1e-300)
+    worst = max(float(np.max(np.abs(kernel - ref))), float(np.max(np.abs(hyb - ref)))) / scale
+    bench("recsys_meta_examples_per_s", examples / seconds, "1/s")
+    bench("recsys_meta_hybrid_examples_per_s", examples / hybrid_seconds, "1/s")
+    bench("recsys_meta_numpy_examples_per_s", examples / numpy_seconds, "1/s")
+    bench("recsys_meta_vs_numpy_ratio", numpy_seconds / seconds, "x")
+    bench("recsys_meta_max_rel_diff", worst, "1")
+    if not worst <= 1e-12:
+        print(f"recsys meta-learning: kernel, hybrid and NumPy steps disagree, max rel diff {worst:.3g}", file=sys.stderr)
+        failures.append("recsys meta-learning reference mismatch")
 
 
 if __name__ == "__main__":

@@ -199,6 +199,13 @@ def test_bad_netcdf_trace_names_site_and_row(tmp_path):
         C.read_trace(tmp_path / "other.nc")
 
 
+def test_bad_region_parameters_name_field_and_region():
+    bad = C.RegionTrace("XX", utc_offset_h=0.0, share_below=0.4, off_level=50.0)
+    with pytest.raises(SpecError) as err:
+        C.generate_traces([bad], days=1)
+    assert err.value.field == "off_level" and "region XX" in str(err.value) and "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("kwargs, field", [({"threshold": 0}, "threshold"), ({"poll_s": 7}, "poll_s"),
                                            ({"round_s": -1}, "round_s")])
 def test_bad_policy_names_the_field(kwargs, field):

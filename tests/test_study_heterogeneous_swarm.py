@@ -18,8 +18,9 @@ from trainscale.specs import SpecError
 from trainscale.studies import heterogeneous_swarm as study
 
 
-def brute_force_route_cost(starts, spans, rtt, dec, pen, L):
-    """The cheapest chain from block 0 to L under PETALS' edge costs, by enumerating every chain."""
+def brute_force_route_cost(starts, spans, rtt, dec, pen, L, weight=0.5):
+    """The cheapest chain from block 0 to L, edge cost ``weight r_s + (j - i) d_s + pen_s`` (PETALS' router:
+    weight 1/2, pen the cache penalty), by enumerating every chain."""
     best = math.inf
     stack = [(0, 0.0)]
     while stack:
@@ -32,7 +33,7 @@ def brute_force_route_cost(starts, spans, rtt, dec, pen, L):
             if not a <= i < a + n:
                 continue
             for j in range(i + 1, min(L, a + n) + 1):
-                stack.append((j, cost + 0.5 * rtt[s] + (j - i) * dec[s] + pen[s]))
+                stack.append((j, cost + weight * rtt[s] + (j - i) * dec[s] + pen[s]))
     return best
 
 
@@ -45,17 +46,18 @@ def small_swarms(draw):
     floats = st.floats(0.0, 1.0, allow_nan=False)
     rtt = np.array([draw(floats) for _ in range(S)])
     dec = np.array([draw(st.floats(1e-3, 1.0)) for _ in range(S)])
-    pen = np.array([draw(st.sampled_from([0.0, 10.0])) for _ in range(S)])
+    pen = np.array([draw(st.sampled_from([0.0, 10.0])) + draw(floats) for _ in range(S)])
     return L, starts, spans, rtt, dec, pen
 
 
 @settings(max_examples=150, deadline=None)
-@given(small_swarms())
-def test_router_equals_brute_force_shortest_path(swarm):
+@given(small_swarms(), st.sampled_from([0.5, 1.0]))
+def test_router_equals_brute_force_shortest_path(swarm, weight):
+    """PETALS' router (weight 1/2) and the search's least-latency chain (weight 1, hop costs incl. transfers)."""
     L, starts, spans, rtt, dec, pen = swarm
     hs, hf, ht = (np.empty(L, np.int64) for _ in range(3))
-    n = K.route(starts, spans, rtt, dec, pen, L, hs, hf, ht)
-    want = brute_force_route_cost(starts, spans, rtt, dec, pen, L)
+    n = K.route(starts, spans, rtt, dec, pen, weight, L, hs, hf, ht)
+    want = brute_force_route_cost(starts, spans, rtt, dec, pen, L, weight)
     if not math.isfinite(want):
         assert n == 0
         return
@@ -64,7 +66,7 @@ def test_router_equals_brute_force_shortest_path(swarm):
     for h in range(n):  # every hop stays inside its server's span
         s = hs[h]
         assert starts[s] <= hf[h] < ht[h] <= starts[s] + spans[s]
-    got = sum(0.5 * rtt[s] + (j - i) * dec[s] + pen[s] for s, i, j in zip(hs[:n], hf[:n], ht[:n]))
+    got = sum(weight * rtt[s] + (j - i) * dec[s] + pen[s] for s, i, j in zip(hs[:n], hf[:n], ht[:n]))
     assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
 
 
@@ -73,17 +75,19 @@ def _mixed(k=2.0, c=0.002, **kw):
     return W.SwarmSpec(W.make_swarm(gpus, bw, rtt).servers, int8_slowdown=k, int8_overhead_s=c, **kw)
 
 
-def test_kernel_evaluation_equals_the_plain_python_reference():
+@pytest.mark.parametrize("chain", W.CHAINS)
+def test_kernel_evaluation_equals_the_plain_python_reference(chain):
     spec = _mixed()
     a = W.server_arrays(spec)
     rng = np.random.default_rng(0)
     pop = np.stack([W._random_tiling(rng, a["spans"], a["L"]) for _ in range(30)]
                    + [rng.integers(0, a["L"] - a["spans"] + 1) for _ in range(30)])
     out = np.empty((pop.shape[0], 3))
-    K.evaluate_many(pop, a["spans"], a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"], a["penalty_s"], a["tput"],
-                    a["L"], a["act_bytes"], out)
+    weight, hop_s = W.route_costs(a, chain)
+    K.evaluate_many(pop, a["spans"], a["rtt_s"], a["dec_s"], a["bw_Bps"], hop_s, weight, a["tput"], a["L"],
+                    a["act_bytes"], out)
     for row, res in zip(pop, out):
-        lat, thr = W.reference_evaluate(row, a)
+        lat, thr = W.reference_evaluate(row, a, chain)
         if math.isinf(lat):
             assert res[0] >= K.INF
         else:
@@ -110,9 +114,35 @@ def test_router_avoids_a_server_without_cache_room():
     rtt, dec = np.array([0.01, 0.01]), np.array([0.01, 0.011])  # server 0 is faster ...
     pen = np.array([W.CACHE_PENALTY_S, 0.0])  # ... but its cache is full
     hs, hf, ht = (np.empty(L, np.int64) for _ in range(3))
-    assert K.route(starts, spans, rtt, dec, pen, L, hs, hf, ht) == 1 and hs[0] == 1
+    assert K.route(starts, spans, rtt, dec, pen, 0.5, L, hs, hf, ht) == 1 and hs[0] == 1
     pen[0] = 0.0
-    assert K.route(starts, spans, rtt, dec, pen, L, hs, hf, ht) == 1 and hs[0] == 0
+    assert K.route(starts, spans, rtt, dec, pen, 0.5, L, hs, hf, ht) == 1 and hs[0] == 0
+
+
+def test_least_latency_chain_is_never_slower_than_petals_route():
+    spec = _mixed()
+    a = W.server_arrays(spec)
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        starts = W._random_tiling(rng, a["spans"], a["L"])
+        petals = W.evaluate_placement(spec, starts, a, "petals")
+        best = W.evaluate_placement(spec, starts, a, "optimal")
+        assert best["latency_s"] <= petals["latency_s"] * (1 + 1e-12)
+        assert best["swarm_tokens_per_s"] == petals["swarm_tokens_per_s"]  # the chain does not change placement
+    with pytest.raises(SpecError, match="chain"):
+        W.route_costs(a, "fastest")
+
+
+def test_offloading_is_bound_by_the_host_link_or_compute():
+    from trainscale.specs import resolve_model
+
+    m = resolve_model("bloom-176b")
+    slow = W.offload_rates("bloom-176b", "dgx-a100-80gb", 1.0)  # 1 GB/s: loading the weights dominates
+    assert slow["steps_per_s"] == pytest.approx(1e9 / (m.layers * m.params_per_layer()), rel=1e-12)
+    assert slow["forward_tokens_per_s"] == pytest.approx(128 * slow["steps_per_s"], rel=1e-12)
+    fast = W.offload_rates("bloom-176b", "dgx-a100-80gb", 1e5, forward_batch=64)  # compute dominates
+    swarm = W.SwarmSpec((W.Server("dgx-a100-80gb", 1.0, 0.0),), forward_batch=64)
+    assert fast["forward_tokens_per_s"] == pytest.approx(128 * 64 / (m.layers * W.server_arrays(swarm)["fwd_s"][0]))
 
 
 def test_int8_fit_reproduces_its_two_targets():
@@ -168,6 +198,35 @@ def test_bad_swarm_files_get_one_line(tmp_path, text, field):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("text, field", [
+    ("gpu,bandwidth_Mbps,rtt_ms\nrtx3060-pcie,100,5\nrtx3060-pcie,100,slow\n", "line 3, rtt_ms"),
+    ("gpu,bandwidth_Mbps,rtt_ms\nnope,100,5\n", "line 2, gpu"),
+    ("gpu,bandwidth_Mbps,rtt_ms\nrtx3060-pcie,0,5\n", "line 2, bandwidth_Mbps"),
+    ("gpu,bandwidth_Mbps,rtt_ms\nrtx3060-pcie,100\n", "line 2"),
+    ("gpu,bandwidth_Mbps\nrtx3060-pcie,100\n", "line 2, rtt_ms"),
+    ("gpu,bandwidth_Mbps,rtt_ms,colour\nrtx3060-pcie,100,5,red\n", "header"),
+    ("gpu,bandwidth_Mbps,rtt_ms,count\nrtx3060-pcie,100,5,0\n", "line 2, count"),
+    ("gpu,bandwidth_Mbps,rtt_ms\n", "servers"),
+    ("", "header"),
+])
+def test_bad_csv_swarm_files_get_one_line_naming_line_and_column(tmp_path, text, field):
+    path = tmp_path / "swarm.csv"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        W.load_swarm(path)
+    assert err.value.field == field
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_csv_swarm_file_equals_the_yaml_one(tmp_path):
+    (tmp_path / "swarm.csv").write_text("gpu,bandwidth_Mbps,rtt_ms,count,cache_full\n"
+                                        "rtx-a5000-pcie,1000,10,3,false\nrtx3060-pcie,100,40,1,true\n")
+    (tmp_path / "swarm.yaml").write_text("servers:\n  - {gpu: rtx-a5000-pcie, bandwidth_Mbps: 1000, rtt_ms: 10, "
+                                         "count: 3}\n  - {gpu: rtx3060-pcie, bandwidth_Mbps: 100, rtt_ms: 40, "
+                                         "cache_full: true}\n")
+    assert W.load_swarm(tmp_path / "swarm.csv") == W.load_swarm(tmp_path / "swarm.yaml")
+
+
 def test_swarm_file_round_trip(tmp_path):
     path = tmp_path / "swarm.yaml"
     path.write_text("servers:\n  - {gpu: rtx-a5000-pcie, bandwidth_Mbps: 1000, rtt_ms: 10, count: 3}\n"
@@ -189,7 +248,7 @@ def test_study_tables_and_records(tmp_path):
     tsio.write_dataset(tab, tmp_path / "petals.nc")
     tsio.write_dataset(search, tmp_path / "search.nc")
     records = study.compare(tmp_path)
-    assert len(records) == 8  # 9 published numbers, 2 fitted left out, plus NSGA-II vs PETALS
+    assert len(records) == 11  # 12 published numbers, 2 fitted left out, plus NSGA-II vs PETALS
     for r in records:
         assert r.study == study.STUDY and r.verdict in comparison.VERDICTS
     for ds in (tab, search):

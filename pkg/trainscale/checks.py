@@ -14,7 +14,7 @@ import numpy as np
 
 from .specs import SpecError
 
-__all__ = ["check_choice", "check_float", "check_floats", "check_int", "check_speeds"]
+__all__ = ["check_choice", "check_choices", "check_float", "check_floats", "check_int", "check_ints", "check_speeds"]
 
 
 def check_int(name, value, minimum=1, maximum=None) -> int:
@@ -53,6 +53,34 @@ def check_choice(name, value, choices):
     if value not in choices:
         raise SpecError(name, value, f"expected one of {', '.join(map(str, choices))}")
     return value
+
+
+def _non_empty_list(name, values, what: str) -> None:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) or len(values) == 0:
+        raise SpecError(name, values, f"expected a non-empty list of {what}")
+
+
+def _distinct(name, values, out: list) -> list:
+    if len(set(out)) != len(out):
+        dup = next(v for v in out if out.count(v) > 1)
+        raise SpecError(name, list(values), f"expected distinct values ({dup!r} appears twice)")
+    return out
+
+
+def check_ints(name, values, minimum=1, maximum=None, distinct=True) -> list[int]:
+    """A non-empty list of integers, each checked by :func:`check_int` (NumPy integers accepted), in the
+    given order; ``distinct``: no value twice."""
+    rng = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    _non_empty_list(name, values, f"integers {rng}")
+    out = [check_int(name, int(v) if isinstance(v, np.integer) else v, minimum, maximum) for v in values]
+    return _distinct(name, values, out) if distinct else out
+
+
+def check_choices(name, values, choices, distinct=True) -> list:
+    """A non-empty list of values, each one of ``choices``; ``distinct``: no value twice."""
+    _non_empty_list(name, values, f"values of {', '.join(map(str, choices))}")
+    out = [check_choice(name, v, choices) for v in values]
+    return _distinct(name, values, out) if distinct else out
 
 
 def check_speeds(speeds, workers: int) -> np.ndarray:

@@ -97,7 +97,16 @@ class RegionTrace:
     off_corr: float = 0.98
 
     def check(self) -> "RegionTrace":
-        w = f"region {self.name}"
+        """The parameters' ranges; a bad one raises :class:`SpecError` naming the field and the region."""
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError("name", self.name, "expected a non-empty region name")
+        try:
+            self._check_ranges()
+        except SpecError as err:
+            raise SpecError(err.field, err.value, err.valid, f"region {self.name}") from None
+        return self
+
+    def _check_ranges(self) -> None:
         check_float("share_below", self.share_below, 0.0, 0.95)
         check_float("utc_offset_h", self.utc_offset_h, -14.0, 14.0)
         check_float("off_level", self.off_level, REFERENCE_THRESHOLD, 5000.0, open_min=True)
@@ -110,9 +119,6 @@ class RegionTrace:
         check_float("day_concentration", self.day_concentration, 0.0, 1e6, open_min=True)
         check_float("in_level", self.in_level, 0.0, REFERENCE_THRESHOLD, open_min=True, open_max=True)
         check_float("off_corr", self.off_corr, 0.0, 1.0, open_max=True)
-        if not w:
-            raise SpecError("name", self.name, "expected a region name")
-        return self
 
 
 #: The paper's regions: share of time below 100 g/kWh and off-window level from STUDIES.md (the

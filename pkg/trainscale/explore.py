@@ -524,6 +524,10 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
     "heterogeneous-swarm": FigureSpec("petals.nc", "parity.png", ("predicted",), "published", color="metric",
                                       kind="parity", log_x=True, log_y=True,
                                       title="PETALS' placement and route: predicted vs PETALS' measured rates"),
+    "recsys-meta-learning": FigureSpec("scaling.nc", "scaling.png", ("samples_per_s",), "gpus", color="rows_per_table",
+                                       dash="schedule", sel={"embedding_dim": 64, "bandwidth_GBps": 25.0},
+                                       log_x=True, log_y=True,
+                                       title="meta-learning throughput: data-parallel vs G-Meta's hybrid (dim 64, 25 GB/s)"),
 }
 
 GANTT_OPS = ("forward", "backward", "weight gradient")

@@ -19,15 +19,19 @@ number is a prediction.
 2 bytes per token), ``R`` the catalog's reserve. A server flagged ``cache_full`` has no room for a new
 session: PETALS' router adds ``CACHE_PENALTY_S`` to its hops.
 
-**Search.** :func:`pareto_search` runs NSGA-II (pymoo) over the servers' span starts, each placement routed
-by PETALS' rule, for two objectives: the client's inference step latency and the swarm's forward throughput
-(its weakest block's); :func:`petals_choice` is PETALS' own single point.
+**Search.** :func:`pareto_search` runs NSGA-II (pymoo) over placements (the servers' span starts) and chains
+(for each placement, the chain of least step latency, found exactly by the router with the true hop cost), for
+two objectives: the client's inference step latency and the swarm's forward throughput (its weakest block's);
+:func:`petals_choice` is PETALS' own single point (its placement, its router).
+
+**Offloading.** :func:`offload_rates` prices PETALS' baseline, one GPU streaming every block's weights from
+host memory for each pass.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -40,7 +44,8 @@ from .kernels import swarm as K
 from .specs import SpecError, resolve_model, resolve_system
 
 __all__ = ["Server", "SwarmSpec", "CACHE_PENALTY_S", "server_arrays", "petals_choice", "evaluate_placement",
-           "pareto_search", "fit_int8", "load_swarm", "reference_evaluate", "make_swarm", "dominates_or_equals"]
+           "pareto_search", "fit_int8", "load_swarm", "offload_rates", "reference_evaluate", "route_costs",
+           "make_swarm", "dominates_or_equals", "CHAINS"]
 
 CACHE_PENALTY_S = 10.0  # PETALS' router effectively avoids a server without cache room: a large constant
 BYTES_16 = 2.0
@@ -58,13 +63,13 @@ class Server:
     rtt_ms: float
     cache_full: bool = False
 
-    def check(self, where: str = "server") -> "Server":
+    def check(self, where: str = "server", sep: str = ".") -> "Server":
         try:
             resolve_system(self.gpu)
         except SpecError as err:
-            raise SpecError(f"{where}.gpu", self.gpu, "expected a catalog system (trainscale systems)") from err
-        check_float(f"{where}.bandwidth_Mbps", self.bandwidth_Mbps, 0.0, 1e6, open_min=True)
-        check_float(f"{where}.rtt_ms", self.rtt_ms, 0.0, 1e5)
+            raise SpecError(f"{where}{sep}gpu", self.gpu, "expected a catalog system (trainscale systems)") from err
+        check_float(f"{where}{sep}bandwidth_Mbps", self.bandwidth_Mbps, 0.0, 1e6, open_min=True)
+        check_float(f"{where}{sep}rtt_ms", self.rtt_ms, 0.0, 1e5)
         return self
 
 
@@ -80,7 +85,6 @@ class SwarmSpec:
     context_tokens: int = 128
     forward_batch: int = 1
     cache_tokens: int = 4096
-    extra: dict = field(default_factory=dict)
 
     def check(self) -> "SwarmSpec":
         if not self.servers:
@@ -104,41 +108,113 @@ def make_swarm(gpus: Sequence[str], bandwidth_Mbps, rtt_ms, **kwargs) -> SwarmSp
     return SwarmSpec(tuple(Server(g, float(b), float(r)) for g, b, r in zip(gpus, bw, rtt)), **kwargs).check()
 
 
+SWARM_FIELDS = ("model", "int8_slowdown", "seq_tokens", "context_tokens", "cache_tokens")
+SERVER_FIELDS = ("gpu", "bandwidth_Mbps", "rtt_ms", "count", "cache_full")
+
+
 def load_swarm(path) -> SwarmSpec:
-    """A swarm from a YAML file: ``model`` (optional), ``int8_slowdown`` (optional) and ``servers``, a list of
-    ``{gpu, bandwidth_Mbps, rtt_ms, count (default 1), cache_full (default false)}``. Bad entries get one line
-    naming the field, e.g. ``servers[2].rtt_ms``."""
-    doc = load_yaml(path)
+    """A swarm from a file a user writes, YAML or CSV (by suffix). Bad entries get one line naming the field.
+
+    YAML: ``model``, ``int8_slowdown``, ``seq_tokens``, ``context_tokens``, ``cache_tokens`` (all optional) and
+    ``servers``, a list of ``{gpu, bandwidth_Mbps, rtt_ms, count (default 1), cache_full (default false)}``;
+    errors name e.g. ``servers[2].rtt_ms``. CSV: a header row naming the server columns (``gpu``,
+    ``bandwidth_Mbps``, ``rtt_ms`` required; ``count``, ``cache_full`` optional), one server per row; errors
+    name the line and column, e.g. ``line 3, rtt_ms``. ``gpu`` is a catalog system (``trainscale systems``)."""
     where = str(path)
-    if not isinstance(doc, dict) or "servers" not in doc:
-        raise SpecError("servers", None, "expected a mapping with a list 'servers'", where)
-    unknown = set(doc) - {"model", "int8_slowdown", "servers", "seq_tokens", "context_tokens", "cache_tokens"}
-    if unknown:
-        raise SpecError(sorted(unknown)[0], doc[sorted(unknown)[0]], "unknown field", where)
-    if not isinstance(doc["servers"], list) or not doc["servers"]:
-        raise SpecError("servers", doc["servers"], "expected a non-empty list", where)
+    if Path(path).suffix.lower() == ".csv":
+        rows, names = _csv_rows(path)
+        doc = {"servers": rows}
+    else:
+        doc = load_yaml(path)
+        if not isinstance(doc, dict) or "servers" not in doc:
+            raise SpecError("servers", None, "expected a mapping with a list 'servers'", where)
+        unknown = sorted(set(doc) - {*SWARM_FIELDS, "servers"})
+        if unknown:
+            raise SpecError(unknown[0], doc[unknown[0]], f"unknown field; valid: servers, {', '.join(SWARM_FIELDS)}",
+                            where)
+        if not isinstance(doc["servers"], list) or not doc["servers"]:
+            raise SpecError("servers", doc["servers"], "expected a non-empty list", where)
+        names = [f"servers[{i}]" for i in range(len(doc["servers"]))]
     servers = []
-    for i, row in enumerate(doc["servers"]):
-        name = f"servers[{i}]"
-        if not isinstance(row, dict):
-            raise SpecError(name, row, "expected a mapping with gpu, bandwidth_Mbps, rtt_ms", where)
-        for key in ("gpu", "bandwidth_Mbps", "rtt_ms"):
-            if key not in row:
-                raise SpecError(f"{name}.{key}", None, "missing", where)
-        extra = set(row) - {"gpu", "bandwidth_Mbps", "rtt_ms", "count", "cache_full"}
-        if extra:
-            raise SpecError(f"{name}.{sorted(extra)[0]}", row[sorted(extra)[0]], "unknown field", where)
-        count = check_int(f"{name}.count", row.get("count", 1), 1, 10_000)
-        if not isinstance(row.get("cache_full", False), bool):
-            raise SpecError(f"{name}.cache_full", row["cache_full"], "expected true or false", where)
-        for key in ("bandwidth_Mbps", "rtt_ms"):
-            if isinstance(row[key], bool) or not isinstance(row[key], (int, float)):
-                raise SpecError(f"{name}.{key}", row[key], "expected a number", where)
-        server = Server(str(row["gpu"]), float(row["bandwidth_Mbps"]), float(row["rtt_ms"]),
-                        bool(row.get("cache_full", False))).check(name)
-        servers.extend([server] * count)
-    kwargs = {k: doc[k] for k in ("model", "int8_slowdown", "seq_tokens", "context_tokens", "cache_tokens") if k in doc}
+    for name, row in zip(names, doc["servers"]):
+        servers.extend(_server_row(name, row, where))
+    kwargs = {k: doc[k] for k in SWARM_FIELDS if k in doc}
     return SwarmSpec(tuple(servers), **kwargs).check()
+
+
+def _csv_rows(path) -> tuple[list, list]:
+    """The rows of a CSV swarm file as YAML-like mappings (numbers parsed) and their names ``line N``."""
+    import csv
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("path", str(path), "no such file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError("path", str(path), f"cannot read: {type(exc).__name__}") from None
+    table = list(csv.reader(lines))
+    if not table or not [c for c in table[0] if c.strip()]:
+        raise SpecError("header", None, f"expected a header row with columns {', '.join(SERVER_FIELDS)}", str(path))
+    header = [c.strip() for c in table[0]]
+    for col in header:
+        if col not in SERVER_FIELDS:
+            raise SpecError("header", col, f"unknown column; valid: {', '.join(SERVER_FIELDS)}", str(path))
+    rows, names = [], []
+    for n, cells in enumerate(table[1:], start=2):
+        if not any(c.strip() for c in cells):
+            continue
+        name = f"line {n}"
+        if len(cells) != len(header):
+            raise SpecError(name, ",".join(cells), f"expected {len(header)} cells ({', '.join(header)})", str(path))
+        row = {}
+        for col, cell in zip(header, (c.strip() for c in cells)):
+            row[col] = cell if col == "gpu" else _csv_value(cell, f"{name}, {col}", str(path))
+        rows.append(row)
+        names.append(name)
+    if not rows:
+        raise SpecError("servers", [], "expected at least one server row after the header", str(path))
+    return rows, names
+
+
+def _csv_value(cell: str, field_name: str, where: str):
+    low = cell.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        value = float(cell)
+    except ValueError:
+        raise SpecError(field_name, cell, "expected a number (or true/false for cache_full)", where) from None
+    return int(value) if value.is_integer() and "count" in field_name else value
+
+
+def _server_row(name: str, row, where: str) -> list:
+    """One server entry checked (``count`` copies of it)."""
+    sep = ", " if name.startswith("line") else "."
+    if not isinstance(row, dict):
+        raise SpecError(name, row, "expected a mapping with gpu, bandwidth_Mbps, rtt_ms", where)
+    for key in ("gpu", "bandwidth_Mbps", "rtt_ms"):
+        if key not in row:
+            raise SpecError(f"{name}{sep}{key}", None, "missing", where)
+    extra = sorted(set(row) - set(SERVER_FIELDS))
+    if extra:
+        raise SpecError(f"{name}{sep}{extra[0]}", row[extra[0]], f"unknown field; valid: {', '.join(SERVER_FIELDS)}",
+                        where)
+    try:
+        count = check_int(f"{name}{sep}count", row.get("count", 1), 1, 10_000)
+    except SpecError as err:
+        raise SpecError(err.field, err.value, err.valid, where) from None
+    if not isinstance(row.get("cache_full", False), bool):
+        raise SpecError(f"{name}{sep}cache_full", row["cache_full"], "expected true or false", where)
+    for key in ("bandwidth_Mbps", "rtt_ms"):
+        if isinstance(row[key], bool) or not isinstance(row[key], (int, float)):
+            raise SpecError(f"{name}{sep}{key}", row[key], "expected a number", where)
+    try:
+        server = Server(str(row["gpu"]), float(row["bandwidth_Mbps"]), float(row["rtt_ms"]),
+                        bool(row.get("cache_full", False))).check(name, sep)
+    except SpecError as err:
+        raise SpecError(err.field, err.value, err.valid, where) from None
+    return [server] * count
 
 
 def _block_costs(gpu: str, spec: SwarmSpec) -> tuple[float, float]:
@@ -175,8 +251,23 @@ def server_arrays(spec: SwarmSpec) -> dict:
     return out
 
 
-def evaluate_placement(spec: SwarmSpec, starts, arrays: dict | None = None) -> dict:
-    """A placement routed by PETALS' rule: ``latency_s`` (one inference step), ``steps_per_s``, the forward
+CHAINS = ("petals", "optimal")
+
+
+def route_costs(a: dict, chain: str = "petals") -> tuple[float, np.ndarray]:
+    """The router's ``(rtt_weight, hop_s)`` (:func:`trainscale.kernels.swarm.route`): ``"petals"``, PETALS'
+    rule (RTT/2 + compute + cache penalty); ``"optimal"``, the chain of least step latency (RTT + compute +
+    the hidden states' transfer both ways, + cache penalty)."""
+    if chain == "petals":
+        return 0.5, a["penalty_s"]
+    if chain == "optimal":
+        return 1.0, a["penalty_s"] + 2.0 * a["act_bytes"] / a["bw_Bps"]
+    raise SpecError("chain", chain, f"expected one of {', '.join(CHAINS)}")
+
+
+def evaluate_placement(spec: SwarmSpec, starts, arrays: dict | None = None, chain: str = "petals") -> dict:
+    """A placement routed by ``chain`` (:func:`route_costs`; PETALS' rule by default): ``latency_s`` (one
+    inference step), ``steps_per_s``, the forward
     pass of the routed chain (``forward_s``, ``forward_tokens_per_s`` for ``forward_batch`` prompts of
     ``seq_tokens``), ``swarm_tokens_per_s`` (the weakest block's forward throughput in tokens/s) and the
     ``chain`` as (server, first block, end block) hops."""
@@ -184,7 +275,8 @@ def evaluate_placement(spec: SwarmSpec, starts, arrays: dict | None = None) -> d
     starts = np.asarray(starts, dtype=np.int64)
     L = a["L"]
     hs, hf, ht = (np.empty(L, np.int64) for _ in range(3))
-    n = K.route(starts, a["spans"], a["rtt_s"], a["dec_s"], a["penalty_s"], L, hs, hf, ht)
+    weight, hop_s = route_costs(a, chain)
+    n = K.route(starts, a["spans"], a["rtt_s"], a["dec_s"], hop_s, weight, L, hs, hf, ht)
     tokens = spec.seq_tokens * spec.forward_batch
     if n == 0:
         return {"latency_s": math.inf, "steps_per_s": 0.0, "forward_s": math.inf, "forward_tokens_per_s": 0.0,
@@ -203,6 +295,24 @@ def petals_choice(spec: SwarmSpec, arrays: dict | None = None) -> dict:
     starts = np.empty(len(spec.servers), np.int64)
     K.petals_placement(a["spans"], a["tput"], a["L"], starts)
     return {"starts": starts, **evaluate_placement(spec, starts, a)}
+
+
+def offload_rates(model: str, gpu: str, host_GBps: float, int8_slowdown: float = 1.0, int8_overhead_s: float = 0.0,
+                  seq_tokens: int = 128, context_tokens: int = 128, forward_batch: int = 1) -> dict:
+    """One GPU running the whole model by RAM offloading, PETALS' baseline: every pass streams each block's
+    8-bit weights from host memory over a ``host_GBps`` link while the previous block computes, so a block
+    costs ``max(w / B_host, c + k t16)`` (perfect overlap: the best case) and a pass ``L`` times that.
+    Returns ``steps_per_s`` (one token after ``context_tokens``) and ``forward_tokens_per_s`` (a forward pass
+    of ``forward_batch`` prompts of ``seq_tokens``)."""
+    m = resolve_model(model)
+    host = check_float("host_GBps", host_GBps, 0.0, 1e6, open_min=True) * 1e9
+    load_s = 1.0 * m.params_per_layer() / host  # 8-bit weights
+    spec = SwarmSpec((Server(gpu, 1.0, 0.0),), model, int8_slowdown, int8_overhead_s, seq_tokens, context_tokens,
+                     forward_batch).check()
+    dec_s, fwd_s = _block_costs(gpu, spec)
+    step_s, forward_s = m.layers * max(load_s, dec_s), m.layers * max(load_s, fwd_s)
+    return {"steps_per_s": 1.0 / step_s, "forward_tokens_per_s": seq_tokens * forward_batch / forward_s,
+            "load_s_per_block": load_s}
 
 
 def fit_int8(spec: SwarmSpec, steps_per_s: float, forward_tokens_per_s: float, forward_batch: int) -> tuple:
@@ -230,9 +340,11 @@ def fit_int8(spec: SwarmSpec, steps_per_s: float, forward_tokens_per_s: float, f
     return float(k), float(c)
 
 
-def reference_evaluate(starts, a: dict) -> tuple[float, float]:
-    """Plain Python of the same model as :func:`trainscale.kernels.swarm.evaluate`: PETALS' route by a
-    forward sweep over block boundaries, the chain's step latency and the weakest block's throughput."""
+def reference_evaluate(starts, a: dict, chain: str = "petals") -> tuple[float, float]:
+    """Plain Python of the same model as :func:`trainscale.kernels.swarm.evaluate`: the route (``chain``, see
+    :func:`route_costs`) by a forward sweep over block boundaries, the chain's step latency and the weakest
+    block's throughput."""
+    weight, hop_s = route_costs(a, chain)
     L, S = a["L"], len(starts)
     dist = [math.inf] * (L + 1)
     prev = [None] * (L + 1)
@@ -245,7 +357,7 @@ def reference_evaluate(starts, a: dict) -> tuple[float, float]:
             if lo < 0 or not lo <= i < lo + n:
                 continue
             for j in range(i + 1, min(L, lo + n) + 1):
-                c = dist[i] + 0.5 * a["rtt_s"][s] + (j - i) * a["dec_s"][s] + a["penalty_s"][s]
+                c = dist[i] + weight * a["rtt_s"][s] + (j - i) * a["dec_s"][s] + hop_s[s]
                 if c < dist[j] - 1e-15:
                     dist[j], prev[j] = c, (s, i)
     if dist[L] == math.inf:
@@ -265,12 +377,14 @@ def reference_evaluate(starts, a: dict) -> tuple[float, float]:
 
 
 def pareto_search(spec: SwarmSpec, population: int = 40, generations: int = 30, seed: int = 0,
-                  arrays: dict | None = None) -> dict:
-    """NSGA-II (pymoo) over the servers' span starts, each placement routed by PETALS' rule; objectives: the
-    inference step latency (minimised) and the swarm's forward throughput (maximised), every block held as a
-    constraint. Seeded (``seed``); the first generation is random but for one member, PETALS' own placement, so
-    the front is never worse than PETALS' choice (the others tile the model in a random server order). Returns the non-dominated ``latency_s``, ``swarm_tokens_per_s`` and
-    ``starts`` of the final population (sorted by latency) and ``evaluations``."""
+                  arrays: dict | None = None, chain: str = "optimal") -> dict:
+    """NSGA-II (pymoo) over placements and chains: the genome is the servers' span starts, and each placement's
+    chain is the one of least step latency (``chain="optimal"``, exact by the same shortest-path sweep; or
+    ``"petals"``, PETALS' router). Objectives: the inference step latency (minimised) and the swarm's forward
+    throughput (maximised), every block held as a constraint. Seeded (``seed``); the first generation is random
+    placements that tile the model in a random server order plus one member, PETALS' own placement, so the
+    front is never worse than PETALS' choice. Returns the non-dominated ``latency_s``, ``swarm_tokens_per_s``
+    and ``starts`` of the final population (sorted by latency) and ``evaluations``."""
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.core.problem import Problem
     from pymoo.operators.crossover.sbx import SBX
@@ -279,6 +393,7 @@ def pareto_search(spec: SwarmSpec, population: int = 40, generations: int = 30, 
     from pymoo.optimize import minimize
 
     a = arrays or server_arrays(spec)
+    weight, hop_s = route_costs(a, chain)
     population = check_int("population", population, 4, 10_000)
     generations = check_int("generations", generations, 1, 10_000)
     seed = check_int("seed", seed, 0)
@@ -295,8 +410,8 @@ def pareto_search(spec: SwarmSpec, population: int = 40, generations: int = 30, 
         def _evaluate(self, x, out, *args, **kwargs):
             pop = np.ascontiguousarray(np.rint(x).astype(np.int64))
             res = np.empty((pop.shape[0], 3))
-            K.evaluate_many(pop, a["spans"], a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"], a["penalty_s"],
-                            a["tput"], L, a["act_bytes"], res)
+            K.evaluate_many(pop, a["spans"], a["rtt_s"], a["dec_s"], a["bw_Bps"], hop_s, weight, a["tput"], L,
+                            a["act_bytes"], res)
             count[0] += pop.shape[0]
             latency = np.where(res[:, 0] >= K.INF, 1e9, res[:, 0])
             out["F"] = np.column_stack([latency, -res[:, 1] * tokens])
@@ -310,8 +425,8 @@ def pareto_search(spec: SwarmSpec, population: int = 40, generations: int = 30, 
                       mutation=PM(eta=20, vtype=float, repair=RoundingRepair()), eliminate_duplicates=True)
     res = minimize(Placement(), algorithm, ("n_gen", generations), seed=seed, verbose=False)
     if res.X is None:  # no placement holds every block: the swarm cannot serve the model
-        return {"latency_s": np.empty(0), "swarm_tokens_per_s": np.empty(0), "starts": np.empty((0, len(upper)), np.int64),
-                "evaluations": count[0]}
+        return {"latency_s": np.empty(0), "swarm_tokens_per_s": np.empty(0),
+                "starts": np.empty((0, len(upper)), np.int64), "evaluations": count[0]}
     F = np.atleast_2d(res.F)
     X = np.atleast_2d(res.X).astype(np.int64)
     order = np.lexsort((F[:, 1], F[:, 0]))

@@ -17,7 +17,10 @@ with ``b_act`` the bytes of one token's hidden state (``2 h``); a forward pass o
 **PETALS' router** picks the chain with a shortest path whose edge ``(s, i, j)`` costs ``r_s / 2 + (j - i) d_s``,
 plus a penalty ``p`` when the server has no room left for the client's attention cache. The graph's nodes are
 the block boundaries ``0..L`` and every edge goes forward, so Dijkstra's algorithm settles the nodes in index
-order: :func:`route` is that sweep (exact on this DAG; ties go to the lower server index, then the longer hop).
+order: :func:`route` is that sweep (exact on this DAG; ties go to the longer hop, then the lower server index).
+:func:`route` takes the edge cost in general form ``w r_s + (j - i) d_s + e_s``: PETALS' rule is ``w = 1/2``,
+``e_s = p_s``; the latency-optimal chain (the search's) is ``w = 1``, ``e_s = p_s + 2 b_act / B_s``, whose path
+cost is :func:`chain_time` itself (plus any penalty).
 
 **PETALS' placement** (:func:`petals_placement`): servers join in order and each takes the span that maximises
 the swarm's weakest block throughput after it joins (ties: the span over the least-served blocks, then the
@@ -88,9 +91,10 @@ def petals_placement(spans, tput, L, starts):
 
 
 @njit(cache=True)
-def route(starts, spans, rtt_s, block_s, penalty_s, L, hop_server, hop_from, hop_to):
-    """PETALS' shortest path from block 0 to ``L`` (edge cost ``r_s / 2 + (j - i) d_s + penalty_s``);
-    writes its hops and returns their number (0: no chain covers the model)."""
+def route(starts, spans, rtt_s, block_s, hop_s, rtt_weight, L, hop_server, hop_from, hop_to):
+    """The shortest path from block 0 to ``L``, edge cost ``rtt_weight r_s + (j - i) d_s + hop_s[s]`` (PETALS:
+    ``rtt_weight`` = 1/2, ``hop_s`` = the cache penalty); writes its hops and returns their number (0: no chain
+    covers the model)."""
     S = starts.shape[0]
     dist = np.full(L + 1, INF)
     prev_s = -np.ones(L + 1, dtype=np.int64)
@@ -105,7 +109,7 @@ def route(starts, spans, rtt_s, block_s, penalty_s, L, hop_server, hop_from, hop
                 continue
             end = min(L, a + spans[s])
             for j in range(i + 1, end + 1):
-                c = dist[i] + 0.5 * rtt_s[s] + (j - i) * block_s[s] + penalty_s[s]
+                c = dist[i] + rtt_weight * rtt_s[s] + (j - i) * block_s[s] + hop_s[s]
                 if c < dist[j] - 1e-15:
                     dist[j] = c
                     prev_s[j] = s
@@ -138,13 +142,13 @@ def chain_time(hop_server, hop_from, hop_to, n_hops, rtt_s, per_block_s, bw_Bps,
 
 
 @njit(cache=True)
-def evaluate(starts, spans, rtt_s, dec_s, fwd_s, bw_Bps, penalty_s, tput, L, act_bytes):
-    """One placement: (inference step latency of the routed chain, swarm throughput, hops); the latency
-    is infinite when no chain covers the model."""
+def evaluate(starts, spans, rtt_s, dec_s, bw_Bps, hop_s, rtt_weight, tput, L, act_bytes):
+    """One placement: (inference step latency of the chain routed with edge costs ``rtt_weight``, ``hop_s``,
+    swarm throughput, hops); the latency is infinite when no chain covers the model."""
     hs = np.empty(L, dtype=np.int64)
     hf = np.empty(L, dtype=np.int64)
     ht = np.empty(L, dtype=np.int64)
-    n = route(starts, spans, rtt_s, dec_s, penalty_s, L, hs, hf, ht)
+    n = route(starts, spans, rtt_s, dec_s, hop_s, rtt_weight, L, hs, hf, ht)
     if n == 0:
         return INF, 0.0, 0
     latency = chain_time(hs, hf, ht, n, rtt_s, dec_s, bw_Bps, act_bytes)
@@ -163,10 +167,11 @@ def uncovered_blocks(starts, spans, L):
 
 
 @njit(cache=True)
-def evaluate_many(population, spans, rtt_s, dec_s, fwd_s, bw_Bps, penalty_s, tput, L, act_bytes, out):
-    """``out[p] = (latency, throughput, uncovered blocks)`` for every placement (row) of ``population``."""
+def evaluate_many(population, spans, rtt_s, dec_s, bw_Bps, hop_s, rtt_weight, tput, L, act_bytes, out):
+    """``out[p] = (latency, throughput, uncovered blocks)`` for every placement (row) of ``population``, each
+    routed with edge costs ``rtt_weight``, ``hop_s`` (see :func:`route`)."""
     for p in range(population.shape[0]):
-        lat, thr, _ = evaluate(population[p], spans, rtt_s, dec_s, fwd_s, bw_Bps, penalty_s, tput, L, act_bytes)
+        lat, thr, _ = evaluate(population[p], spans, rtt_s, dec_s, bw_Bps, hop_s, rtt_weight, tput, L, act_bytes)
         out[p, 0] = lat
         out[p, 1] = thr
         out[p, 2] = uncovered_blocks(population[p], spans, L)

@@ -70,6 +70,14 @@ def bench(name: str, value: float, unit: str) -> None:
     print(f"BENCH {name} {value:.6g} {unit}", flush=True)
 
 
+def agreement(name: str, worst: float, failures: list, what: str, tol: float = 1e-12) -> None:
+    """``BENCH <name>_max_rel_diff``; a failure (``make bench`` exits non-zero) when ``worst`` exceeds ``tol``."""
+    bench(f"{name}_max_rel_diff", worst, "1")
+    if not worst <= tol:
+        print(f"{what} disagree: max rel diff {worst:.3g} > {tol:g}", file=sys.stderr)
+        failures.append(f"{name} reference mismatch")
+
+
 REFERENCE = r"""
 import json, sys, time
 import numpy as np
@@ -519,10 +527,7 @@ def kernelmachines_section(failures: list) -> None:
     bench("kernelmachines_updates_per_s", updates / seconds, "1/s")
     bench("kernelmachines_numpy_updates_per_s", updates / numpy_seconds, "1/s")
     bench("kernelmachines_vs_numpy_ratio", numpy_seconds / seconds, "x")
-    bench("kernelmachines_max_rel_diff", worst, "1")
-    if not worst <= 1e-12:
-        print(f"kernel machines: Numba ADMM and NumPy disagree, max rel diff {worst:.3g}", file=sys.stderr)
-        failures.append("kernelmachines reference mismatch")
+    agreement("kernelmachines", worst, failures, "kernel machines: Numba ADMM and NumPy")
 
 
 SWARM_PLACEMENTS, SWARM_SAMPLE = 20000, 400
@@ -559,10 +564,7 @@ def swarm_section(failures: list) -> None:
     bench("swarm_python_chains_per_s", python_rate, "chains/s")
     bench("swarm_vs_python_ratio", rate / python_rate, "x")
     worst = max(max(abs(o[0] - r[0]) / r[0], abs(o[1] - r[1]) / max(r[1], 1e-300)) for o, r in zip(out, ref))
-    bench("swarm_reference_max_rel_diff", worst, "1")
-    if not worst <= 1e-12:
-        print(f"swarm kernel and plain Python disagree: max rel diff {worst:.3g}", file=sys.stderr)
-        failures.append("swarm reference mismatch")
+    agreement("swarm_reference", worst, failures, "swarm kernel and plain Python")
 
 
 RS_FIELDS, RS_ROWS, RS_DIM, RS_HIDDEN, RS_TASKS, RS_SUPPORT, RS_QUERY, RS_INNER = 8, 2000, 16, 64, 64, 32, 32, 2
@@ -617,10 +619,7 @@ def recsys_section(failures: list) -> None:
     bench("recsys_meta_hybrid_examples_per_s", examples / hybrid_seconds, "1/s")
     bench("recsys_meta_numpy_examples_per_s", examples / numpy_seconds, "1/s")
     bench("recsys_meta_vs_numpy_ratio", numpy_seconds / seconds, "x")
-    bench("recsys_meta_max_rel_diff", worst, "1")
-    if not worst <= 1e-12:
-        print(f"recsys meta-learning: kernel, hybrid and NumPy steps disagree, max rel diff {worst:.3g}", file=sys.stderr)
-        failures.append("recsys meta-learning reference mismatch")
+    agreement("recsys_meta", worst, failures, "recsys meta-learning: kernel, hybrid and NumPy steps")
 
 
 if __name__ == "__main__":

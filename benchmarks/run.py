@@ -21,6 +21,9 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * swarm: 20,000 placements of a 20-server volunteer swarm serving BLOOM-176B, each given its least-latency
   chain (the swarm search's inner loop) and priced (``kernels.swarm.evaluate_many``), in chains per second,
   next to ``swarm.reference_evaluate`` (plain Python, 400 of them), which must agree to 1e-12.
+* mpc: the DLMPC ADMM of ``trainscale.mpc`` (256-subsystem chain, locality 2, 200 iterations), serial and
+  locality-aware parallel Numba kernels in iterations per second, next to the same update in vectorised NumPy
+  (``mpc.admm_numpy``); the final variables must agree to 1e-9.
 * optimizer: synchronous data-parallel SGD (``kernels.optim.run_sync``, compressor ``none``) on a
   least-squares problem with 10,000 parameters, 8 workers, per-worker batch 16, the batches of
   ``convergence.run_batches``, for >= 1,000 steps (doubled until the kernel runs >= 0.5 s), Numba
@@ -257,6 +260,7 @@ def main() -> int:
     swarm_section(failures)
     kernelmachines_section(failures)
     recsys_section(failures)
+    mpc_section(failures)
     sweep_section(failures)
 
     if failures:
@@ -621,6 +625,51 @@ def recsys_section(failures: list) -> None:
     bench("recsys_meta_vs_numpy_ratio", numpy_seconds / seconds, "x")
     agreement("recsys_meta", worst, failures, "recsys meta-learning: kernel, hybrid and NumPy steps")
 
+
+
+MPC_N, MPC_D, MPC_ITERATIONS = 256, 2, 200  # chain size, locality, ADMM iterations timed
+
+
+def mpc_section(failures: list) -> None:
+    """DLMPC ADMM (``trainscale.mpc``): the paper's chain of 256 subsystems at locality 2, 200 iterations from a
+    cold start, in ADMM iterations per second for the serial kernel and the locality-aware parallel one
+    (Numba threads as configured), next to the same update in vectorised NumPy (``mpc.admm_numpy``); compiled
+    once, best of 3. The kernels' final variables must equal NumPy's to 1e-9 (relative to the largest entry)."""
+    from trainscale import mpc
+
+    problem = mpc.build_problem(MPC_N, MPC_D)
+    x0 = mpc.initial_state(MPC_N, 0, 1.0)
+    rates, states = {}, {}
+    for variant in ("serial", "local"):
+        mpc.solve_step(problem, x0, variant, eps_p=1e-300, eps_d=1e-300, max_iter=2)  # compile / load the cache
+        best = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            _, _, states[variant] = mpc.solve_step(problem, x0, variant, eps_p=1e-300, eps_d=1e-300,
+                                                   max_iter=MPC_ITERATIONS)
+            best = min(best, time.perf_counter() - t0)
+        rates[variant] = MPC_ITERATIONS / best
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        ref = mpc.admm_numpy(problem, x0, MPC_ITERATIONS)
+        best = min(best, time.perf_counter() - t0)
+    mask = np.arange(problem.colrows.shape[1]) < problem.collen[:, None]
+    worst = 0.0
+    for name in ("phi", "psi", "lam"):
+        a = getattr(ref, name)
+        scale = max(float(np.max(np.abs(a))), 1e-300)
+        worst = max(worst, float(np.max(np.abs(getattr(states["serial"], name) - a))) / scale)
+        local = getattr(states["local"], name)[problem.colpos_csc[mask]]
+        worst = max(worst, float(np.max(np.abs(local - a[problem.colpos_csr[mask]]))) / scale)
+    bench("mpc_serial_iterations_per_s", rates["serial"], "1/s")
+    bench("mpc_local_iterations_per_s", rates["local"], "1/s")
+    bench("mpc_numpy_iterations_per_s", MPC_ITERATIONS / best, "1/s")
+    bench("mpc_serial_vs_numpy_ratio", rates["serial"] * best / MPC_ITERATIONS, "x")
+    bench("mpc_max_rel_diff", worst, "1")
+    if not worst <= 1e-9:
+        print(f"mpc kernels and NumPy disagree: max rel diff {worst:.3g}", file=sys.stderr)
+        failures.append("mpc reference mismatch")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,6 +10,9 @@ declares
 * ``OUTPUTS``: the files its notebook writes in ``output_dir`` (datasets and figures);
 * ``RESOURCES``: ``mem_mb``, ``runtime_quick_min``, ``runtime_full_min`` (for a SLURM profile);
 * optionally ``INPUT_FOLDER_PARAMETERS``: parameters naming folders whose ``*.csv`` files are inputs;
+* optionally ``MEASURED``: those of ``OUTPUTS`` that hold wall-clock timings of the machine that ran it
+  (distributed-mpc's speed-ups are measured side by side in one run, as its paper's are): they differ from run
+  to run, so the byte-identical rerun test leaves them out; every other output regenerates byte for byte;
 * ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.comparison`) from the saved datasets.
 
 From these, ``workflow/rules/studies.smk`` generates one rule per study (outputs: ``OUTPUTS`` plus
@@ -46,6 +49,7 @@ class StudyInfo:
     outputs: tuple[str, ...]
     resources: Mapping[str, int]
     input_folder_parameters: tuple[str, ...]
+    measured: tuple[str, ...] = ()
 
     @property
     def notebook(self) -> str:
@@ -93,7 +97,10 @@ def load(study: str) -> StudyInfo:
         raise ConfigError(f"study {study!r}: RESOURCES = {resources!r} must give positive integers for "
                           f"{', '.join(RESOURCE_KEYS)}")
     folders = tuple(getattr(module, "INPUT_FOLDER_PARAMETERS", ()))
-    return StudyInfo(study, module, str(module.PAPER), outputs, resources, folders)
+    measured = tuple(getattr(module, "MEASURED", ()))
+    if any(m not in outputs for m in measured):
+        raise ConfigError(f"study {study!r}: MEASURED = {measured!r} must be among its OUTPUTS")
+    return StudyInfo(study, module, str(module.PAPER), outputs, resources, folders, measured)
 
 
 def load_all(studies) -> list[StudyInfo]:

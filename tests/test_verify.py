@@ -98,6 +98,16 @@ def test_registry_declares_every_study_of_the_config():
         assert (REPO_ROOT / info.notebook).is_file()
 
 
+def test_measured_outputs_are_declared_outputs(monkeypatch):
+    """MEASURED (timings of the machine) must name outputs of the study; only distributed-mpc has any."""
+    measured = {info.name: info.measured for info in registry.load_all(STUDIES) if info.measured}
+    assert set(measured) <= {"distributed-mpc"}
+    module = registry.load("distributed-mpc").module
+    monkeypatch.setattr(module, "MEASURED", ("no_such_output.nc",))
+    with pytest.raises(registry.ConfigError, match="MEASURED"):
+        registry.load("distributed-mpc")
+
+
 def test_study_parameters_are_checked_with_one_line_naming_the_field():
     import yaml
 

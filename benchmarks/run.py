@@ -261,6 +261,7 @@ def main() -> int:
     kernelmachines_section(failures)
     recsys_section(failures)
     mpc_section(failures)
+    gear_section(failures)
     sweep_section(failures)
 
     if failures:
@@ -670,6 +671,37 @@ def mpc_section(failures: list) -> None:
     if not worst <= 1e-9:
         print(f"mpc kernels and NumPy disagree: max rel diff {worst:.3g}", file=sys.stderr)
         failures.append("mpc reference mismatch")
+
+GEAR_DIMS, GEAR_STEPS, GEAR_BATCH = [16, 32, 32, 16, 1], 2000, 16  # the study's network, steps timed, batch
+
+
+def gear_section(failures: list) -> None:
+    """Gear training (``trainscale.gear``): the study's 4-part network (2,145 parameters) on its generated
+    regression, 2,000 steps of gear training (periods 2-4-2-1) in the Numba kernel, in steps per second, next to
+    the same update rule in NumPy (``gear.train_numpy``); compiled once, best of 3. The final parameters must
+    agree to 1e-12 (max abs difference over max abs value)."""
+    from trainscale import gear as G
+
+    problem = G.make_problem(GEAR_DIMS, 4096, 512, 0.1, 0)
+    theta0 = G.init_params(GEAR_DIMS, 1)
+    batches = G.schedule(problem, GEAR_STEPS, GEAR_BATCH, 0)
+    args = (problem, theta0, batches, 0.2, [2, 4, 2, 1], [0, 0, 0, 0])
+    G.train(*args[:2], batches[:2], *args[3:], GEAR_STEPS)  # compile / load the cache
+    best, numpy_best = math.inf, math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        theta = G.train(*args, GEAR_STEPS)["theta"]
+        best = min(best, time.perf_counter() - t0)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        ref = G.train_numpy(*args)
+        numpy_best = min(numpy_best, time.perf_counter() - t0)
+    worst = float(np.max(np.abs(theta - ref))) / max(float(np.max(np.abs(ref))), 1e-300)
+    bench("gear_steps_per_s", GEAR_STEPS / best, "1/s")
+    bench("gear_numpy_steps_per_s", GEAR_STEPS / numpy_best, "1/s")
+    bench("gear_vs_numpy_ratio", numpy_best / best, "x")
+    agreement("gear", worst, failures, "gear training: Numba kernel and NumPy")
+
 
 if __name__ == "__main__":
     sys.exit(main())

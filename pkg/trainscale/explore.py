@@ -531,6 +531,9 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
                                        dash="schedule", sel={"embedding_dim": 64, "bandwidth_GBps": 25.0},
                                        log_x=True, log_y=True,
                                        title="meta-learning throughput: data-parallel vs G-Meta's hybrid (dim 64, 25 GB/s)"),
+    "model-parallel-gear": FigureSpec("training.nc", "convergence.png", ("loss",), "step", color="schedule",
+                                      facet_col="lr", reduce={"seed": "mean"}, log_y=True,
+                                      title="gear training vs synchronous and asynchronous SGD: held-out loss over steps"),
 }
 
 GANTT_OPS = ("forward", "backward", "weight gradient")

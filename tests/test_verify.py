@@ -136,7 +136,7 @@ def test_committed_comparison_follows_from_the_committed_datasets(study):
 
 def _perturbed_copy(study, tmp_path):
     """The study's committed folder, with every float variable of every dataset moved by +-10..40%,
-    differently per element (so ratios move too)."""
+    differently per element (so ratios move too); in a dataset without floats, every count moves up by 1-2."""
     target = tmp_path / study
     shutil.copytree(REPO_ROOT / "figures" / study, target, ignore=shutil.ignore_patterns("*.png"))
     rng = np.random.default_rng(0)
@@ -146,6 +146,11 @@ def _perturbed_copy(study, tmp_path):
             if np.issubdtype(var.dtype, np.floating):
                 factor = 1.0 + rng.choice([-1, 1], var.shape) * rng.uniform(0.1, 0.4, var.shape)
                 ds[name] = var * factor
+                ds[name].attrs = var.attrs
+            elif np.issubdtype(var.dtype, np.integer) and not any(np.issubdtype(ds[n].dtype, np.floating)
+                                                                 for n in ds.data_vars):
+                # a dataset of counts only (survey-map): every count moved up by 1 or 2
+                ds[name] = var + rng.integers(1, 3, var.shape).astype(var.dtype)
                 ds[name].attrs = var.attrs
         ds.to_netcdf(path, engine="h5netcdf")
     return target

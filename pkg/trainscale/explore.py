@@ -527,6 +527,8 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
     "distributed-mpc": FigureSpec("runtime.nc", "runtime.png", ("parallel_s_per_iter",), "n_subsystems",
                                   color="schedule", dash="threads", facet_col="locality_d", log_x=True, log_y=True,
                                   title="DLMPC: wall time per ADMM iteration of the parallel schedules (this CPU)"),
+    "survey-map": FigureSpec("survey_map.nc", "survey_map.png", ("studies_per_area",), "area", color="stage",
+                             kind="bar", title="studies covering each area of the survey (0: a gap)"),
     "recsys-meta-learning": FigureSpec("scaling.nc", "scaling.png", ("samples_per_s",), "gpus", color="rows_per_table",
                                        dash="schedule", sel={"embedding_dim": 64, "bandwidth_GBps": 25.0},
                                        log_x=True, log_y=True,
@@ -534,6 +536,9 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
     "model-parallel-gear": FigureSpec("training.nc", "convergence.png", ("loss",), "step", color="schedule",
                                       facet_col="lr", reduce={"seed": "mean"}, log_y=True,
                                       title="gear training vs synchronous and asynchronous SGD: held-out loss over steps"),
+    "pruning": FigureSpec("mixing.nc", "losses.png", ("loss",), "tokens", color="domain", facet_col="mixing",
+                          sel={"alpha": 0.3, "damage": 1.0, "unevenness": 0.5, "rho": 0.1},
+                          title="modelled per-domain loss: fixed vs DRPruning's robust mixing"),
 }
 
 GANTT_OPS = ("forward", "backward", "weight gradient")

@@ -11,8 +11,7 @@ chiplets) falls like ``1/sqrt(N)``. They report 4.98x performance and 2.35x ener
 against Megatron TP on Llama2-70B.
 
 :func:`chiplet_scaling` evaluates both schemes for every chiplet package and mesh side through the
-model API (:func:`trainscale.chiplet.step_costs_grid`, whose formulas live in
-:mod:`trainscale.kernels.chiplet`) and returns the Dataset the study's figures are drawn from.
+model API (:func:`trainscale.chiplet.step_costs_grid`, which documents the formulas) and returns the Dataset the study's figures are drawn from.
 """
 
 from __future__ import annotations

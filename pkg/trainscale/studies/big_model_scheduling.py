@@ -184,13 +184,20 @@ def scaling_study(workers: Sequence[int] = (1, 4, 16), strong_examples: int = 40
     n_i = {"strong": [strong // p for p in P], "weak": [weak] * len(P)}
     rate = check_float("node_gflops", node_gflops, 0.0, 1e7, open_min=True) * 1e9
     modes = ["strong", "weak"]
-    compute = np.array([[km.iteration_flops(n, D, k, J) / rate for n in n_i[m]] for m in modes])
     comm = np.array([[km.comm_time_s(D, k, p, Link(bw, system.scale_out_latency_s))["total_s"] for bw in bws]
                      for p in P])
     comm = np.broadcast_to(comm, (2, len(P), len(bws)))
-    it = compute[:, :, None] + comm
     workers_col = np.array(P, dtype=float)[:, None]
-    eff = np.stack([it[0, :1] / (workers_col * it[0]), it[1, :1] / it[1]])
+
+    def timings(node_rate):
+        compute = np.array([[km.iteration_flops(n, D, k, J) / node_rate for n in n_i[m]] for m in modes])
+        it = compute[:, :, None] + comm
+        return compute, it, np.stack([it[0, :1] / (workers_col * it[0]), it[1, :1] / it[1]])
+
+    compute, it, eff = timings(rate)
+    # the node rate is an estimate that decides the efficiencies: the same at 10% and 50% of a node's peak too
+    rates = sorted({0.5 * NODE_GFLOPS, NODE_GFLOPS, 2.5 * NODE_GFLOPS, rate / 1e9})
+    by_rate = np.stack([timings(r * 1e9)[2][:, -1, bws.index(catalog_bw)] for r in rates])
     dims = ("scaling", "workers", "bandwidth_GBps")
     ds = xr.Dataset({"compute_s": (dims[:2], compute), "comm_s": (dims, comm.copy()), "iteration_s": (dims, it),
                      "comm_share": (dims, comm / it), "efficiency": (dims, eff),
@@ -198,6 +205,11 @@ def scaling_study(workers: Sequence[int] = (1, 4, 16), strong_examples: int = 40
                      "flops_per_worker": (dims[:2], np.array([[km.iteration_flops(n, D, k, J) for n in n_i[m]]
                                                               for m in modes]))},
                     coords={"scaling": modes, "workers": P, "bandwidth_GBps": bws})
+    ds["efficiency_by_node_rate"] = (("node_gflops", "scaling"), by_rate)
+    ds = ds.assign_coords(node_gflops=("node_gflops", np.array(rates)))
+    _attrs(ds["efficiency_by_node_rate"], "1", f"parallel efficiency at {max(P)} workers on the catalog link, "
+           "by the node's sustained rate")
+    _attrs(ds["node_gflops"], "GFLOP/s", "sustained rate of a worker node (Blue Gene/Q at 10-50% of its peak)")
     ds["speedup"] = (dims, np.where(np.array(modes)[:, None, None] == "strong", it[:, :1] / it, np.nan))
     _attrs(ds["compute_s"], "s", "one worker's iteration: its FLOPs at the node's sustained rate")
     _attrs(ds["comm_s"], "s", "broadcast + reduce of the weights (collectives on the catalog network)")
@@ -276,7 +288,8 @@ def compare(folder) -> list[comparison.Record]:
         paper_direction=1, paper_setting=PAPER_SETTING + ": speed-up with nodes (strong scaling)",
         our_value=float(strong.sel(bandwidth_GBps=bw)), neutral=1.0,
         our_setting=f"{q['strong_examples']} examples split over the workers; " + ours,
-        free_parameter="bandwidth_GBps", sweep=strong.values,
+        free_parameter="bandwidth_GBps, node rate",
+        sweep=np.concatenate([strong.values, sc["efficiency_by_node_rate"].sel(scaling="strong").values * max(q["workers"])]),
         note=f"parallel efficiency {float(sc['efficiency'].sel(scaling='strong', bandwidth_GBps=bw).isel(workers=-1)):.2f}; "
              + NOT_READ))
     weak = sc["efficiency"].sel(scaling="weak").isel(workers=-1)
@@ -284,6 +297,8 @@ def compare(folder) -> list[comparison.Record]:
         STUDY, f"weak-scaling efficiency at {max(q['workers'])} workers (above one half: the method scales)", "1",
         paper_direction=1, paper_setting=PAPER_SETTING + ": scaling experiments (direction: the method "
         "scales as nodes and data grow together)", our_value=float(weak.sel(bandwidth_GBps=bw)), neutral=0.5,
-        our_setting=f"{q['weak_examples']} examples per worker; " + ours, free_parameter="bandwidth_GBps",
-        sweep=weak.values, note="the one-half threshold is ours; " + NOT_READ))
+        our_setting=f"{q['weak_examples']} examples per worker; " + ours, free_parameter="bandwidth_GBps, node rate",
+        sweep=np.concatenate([weak.values, sc["efficiency_by_node_rate"].sel(scaling="weak").values]),
+        note=("the one-half threshold is ours, and the faster node rates of the sweep fall below it (the node rate "
+              "is an estimate: Blue Gene/Q at 10-50% of peak); " + NOT_READ)))
     return records

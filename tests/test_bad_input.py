@@ -218,12 +218,12 @@ def test_search_says_no_split_exists_instead_of_no_plan_fits(capsys):
 
 def test_search_lists_each_plan_once(capsys):
     """Plans that are the same plan (shard_group 0 vs dp, sequence parallelism at tp 1, TP overlap without
-    it) are listed once: no two rows have the same numbers."""
+    it) are listed once. Different plans may tie (context parallelism 2 at twice the micro-batch prices
+    like cp 1 when its ring hides behind attention), so rows are compared as plans, not as numbers."""
     code, out, _ = cli(SEARCH + ["--gpus", 8, "--global-batch", 64, "--top", 100, "--json"], capsys)
     assert code == 0
     best = json.loads(out)["best"]
-    keys = [(e["step_time_s"], e["memory_gib_per_gpu"], e["hfu"], e["power_W_per_gpu"]) for e in best]
-    assert len(best) == 100 and len(set(keys)) == len(keys)
+    assert len(best) == 100
     assert len({perfmodel.canonical_plan(e["plan"]) for e in best}) == len(best)
 
 

@@ -113,10 +113,13 @@ def _all_published():
 
 
 def _stack_specific_checkpointing(m):
-    """FSDP rows whose "selective" is the stack's own checkpointing (torchtitan's op-level SAC,
-    fms-fsdp's every k-th block; published_runs_stacks.md), not Megatron's attention-only
-    recomputation, which is all the plan can express: their memory is not modelled."""
-    return m.run.plan.stack == "fsdp" and m.run.plan.recompute == "selective"
+    """fms-fsdp rows with its "selective" checkpointing: a fraction of the blocks is checkpointed
+    (``selective_checkpointing``), and the fraction its README benchmarks used is not published. The
+    plan takes torchtitan's documented half (calibration.yaml, ``selective_recompute_share``), an
+    estimate for fms-fsdp: at 70B with micro-batch 2 it would not fit in 80 GB (114 GiB predicted),
+    so that run must have checkpointed more of its blocks. torchtitan's selective rows are modelled
+    and tested."""
+    return m.run.plan.stack == "fsdp" and m.run.plan.recompute == "selective" and m.run.id.startswith("fmsfsdp")
 
 
 def test_every_published_run_is_predicted_to_fit():
@@ -129,4 +132,4 @@ def test_every_published_run_is_predicted_to_fit():
 
 def test_the_runs_left_out_of_the_fit_invariant_are_few_and_named():
     left = sorted(m.run.id for m in _all_published() if _stack_specific_checkpointing(m))
-    assert 0 < len(left) <= 12, left
+    assert 0 < len(left) <= 5, left

@@ -142,12 +142,14 @@ def _check_validate(out):
     rows = _summary_rows(out)
     for name in ("published", "vtrain-multi", "nemo-hopper", "nemo-blackwell", "fsdp-hopper", "megatron-hopper"):
         assert name in rows, f"{name} missing from the summary:\n{out[-3000:]}"
-    assert "vtrain-single" not in rows
+    assert "vtrain-single" in rows and " yes " in rows["vtrain-single"], out[-3000:]  # fitted: in the summary
+    assert not re.search(r"^vtrain-single-\d+ ", out, re.M)  # but its 1,440 runs only with --all
 
 
 def _check_validate_all(out):
     rows = _summary_rows(out)
-    assert "vtrain-single" in rows and "no (held out)" in rows["vtrain-single"], out[-3000:]
+    assert "fsdp-compiled" in rows and "no (held out)" in rows["fsdp-compiled"], out[-3000:]
+    assert re.search(r"^vtrain-single-1439 ", out, re.M), out[-3000:]
 
 
 def _check_systems(out):

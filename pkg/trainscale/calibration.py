@@ -155,9 +155,12 @@ def fit_runs(runs: Sequence[MeasuredRun], start: dict | None = None, max_nfev: i
 
 
 def fitting_runs(vtrain: str | Path | None = None) -> list[MeasuredRun]:
-    """Every measured run that is fitted (not vTrain's single-node runs, not compiled FSDP runs)."""
+    """Every measured run that is fitted: all but the compiled FSDP runs (``NOT_FITTED``), which
+    test the eager stack's fitted element-wise traffic; vTrain's single-node runs where the folder
+    has them (they identify the host time per layer)."""
     folder = default_vtrain_dir(vtrain)
-    return [m for m in measured_runs(folder) if m.dataset not in NOT_FITTED]
+    single = folder is not None and (Path(folder) / "ground_truth_single.csv").is_file()
+    return [m for m in measured_runs(folder, include_vtrain_single=single) if m.dataset not in NOT_FITTED]
 
 
 def fit(vtrain: str | Path | None = None) -> dict:

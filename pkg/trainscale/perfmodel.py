@@ -74,7 +74,7 @@ def system_vector(system: SystemSpec) -> np.ndarray:
 
 
 GENERATION_FITTED = ("gemm_peak_efficiency", "network_efficiency")
-STACK_FITTED = ("compute_efficiency", "layer_host_s", "zero3_fetch_s")
+STACK_FITTED = ("compute_efficiency", "layer_host_s", "zero3_fetch_s", "elementwise_traffic")
 FITTED = GENERATION_FITTED + STACK_FITTED
 
 
@@ -126,7 +126,10 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
 
 
 def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None,
-                       stack: str = DEFAULT_STACK) -> np.ndarray:
+                       stack: str = DEFAULT_STACK, compiled: bool = False) -> np.ndarray:
+    """The calibration vector (layout ``C_*``) of a generation and stack; ``compiled`` (a plan's
+    ``compiled``: torch.compile fuses the element-wise chains) sets the stack's element-wise traffic
+    factor to 1, that of hand-fused kernels."""
     cal = catalog.calibration()
     params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
@@ -138,6 +141,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_FETCH_S] = params["zero3_fetch_s"]
     vec[K.C_LAYER_HOST_S] = params["layer_host_s"]
     vec[K.C_GRAD_BYTES] = cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
+    vec[K.C_ELEM_TRAFFIC] = 1.0 if compiled else params["elementwise_traffic"]
+    vec[K.C_SELECTIVE_SHARE] = cal["stacks"][stack]["fixed"]["selective_recompute_share"]["value"]
     vec[K.C_TILE_M] = fixed["tile_m"]["value"]
     vec[K.C_TILE_N] = fixed["tile_n"]["value"]
     vec[K.C_KERNEL_S] = common["kernel_overhead_s"]["value"]
@@ -307,7 +312,7 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     ``pipeline_simulation=False`` keeps the grid kernel's closed form."""
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
-    calib = calibration_vector(run.system.generation, calibration, run.plan.stack)
+    calib = calibration_vector(run.system.generation, calibration, run.plan.stack, run.plan.compiled)
     out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
         simulate_pipeline(out, run.model, run.plan, calib, run.system)
@@ -359,7 +364,7 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
     run backward as one pass (``bwd + wgrad``)."""
     model, system = resolve_model(model), resolve_system(system)
     plan.check_against(model)
-    calib = calibration_vector(system.generation, calibration, plan.stack)
+    calib = calibration_vector(system.generation, calibration, plan.stack, plan.compiled)
     out = plan_vector(model, system, plan, calib)
     (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)

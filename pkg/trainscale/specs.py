@@ -411,6 +411,10 @@ class PlanSpec:
     ``stack`` is the software that runs the plan (``megatron``, the default; ``deepspeed``,
     ``fsdp``, ``nemo``): it selects the stack's calibrated host overhead and ZeRO-3 fetch cost and
     its documented behaviour (gradient precision), see ``data/calibration.yaml``.
+    ``compiled`` says the model was compiled (``torch.compile``), which fuses the element-wise
+    chains an eager stack runs as separate kernels: the stack's ``elementwise_traffic`` factor
+    becomes 1, that of Megatron's and Transformer Engine's hand-fused kernels (off by default; it
+    changes nothing for stacks whose factor is already 1).
     """
 
     tp: int = 1
@@ -430,6 +434,7 @@ class PlanSpec:
     ep: int = 1
     tp_comm_overlap: bool = False
     stack: str = DEFAULT_STACK
+    compiled: bool = False
 
     @property
     def gpus(self) -> int:
@@ -473,6 +478,7 @@ class PlanSpec:
             ep=_int(d, "ep", where, 1),
             tp_comm_overlap=_bool(d, "tp_comm_overlap", where, False),
             stack=_choice(d, "stack", where, DEFAULT_STACK, STACKS),
+            compiled=_bool(d, "compiled", where, False),
         )
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)

@@ -6,11 +6,13 @@ Datasets (``MeasuredRun.dataset``):
   ``data/published_runs.csv``), in the metric each was published in (a step time or Megatron's
   hardware TFLOP/s per GPU, whose eq. 3 counts the recomputed forward pass as our hardware FLOPs do);
 - ``vtrain-multi`` and ``vtrain-single``: vTrain's measured Megatron-DeepSpeed iteration times
-  (``data/vtrain``, MIT licence); the single-node runs are never fitted;
+  (``data/vtrain``, MIT licence); the single-node runs (small layers, where the host's time per
+  layer shows) are fitted too, and printed by ``trainscale validate --all``;
 - ``<stack>-<generation>`` (``megatron-hopper``, ``nemo-hopper``, ``nemo-blackwell``, ``fsdp-hopper``,
   ``fsdp-ampere``, ``deepspeed-ampere``): public runs of other stacks and generations
   (``data/published_runs_stacks.csv``, sources in ``published_runs_stacks.md``); runs with
-  ``torch.compile`` form ``fsdp-compiled``, which is never fitted (the model has no fusion knob).
+  ``torch.compile`` form ``fsdp-compiled``, which is never fitted: it tests the fitted eager
+  element-wise traffic of FSDP by predicting the same models compiled (plan ``compiled: true``).
 
 A knob a source leaves blank takes the documented default of its stack and era
 (:data:`UNPUBLISHED_DEFAULTS`), never a value searched per run.
@@ -39,7 +41,7 @@ VTRAIN_VOCAB = 50257  # GPT-2 tokenizer of Megatron-DeepSpeed's GPT examples ("a
 # those code bases: their attention writes the s x s scores to HBM.
 MEASURED_FLASH_ATTENTION = False
 STACKS_FILE = "published_runs_stacks.csv"
-NOT_FITTED = ("vtrain-single", "fsdp-compiled")
+NOT_FITTED = ("fsdp-compiled",)
 
 # Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
 # NeMo 2.0 performance recipes: Megatron-Core + Transformer Engine (fused attention), sequence
@@ -48,6 +50,8 @@ NOT_FITTED = ("vtrain-single", "fsdp-compiled")
 # its text states ("fine-grained overlapping of data-parallel (--overlap-grad-reduce
 # --overlap-param-gather), tensor-parallel (--tp-comm-overlap) and pipeline-parallel communication";
 # NVIDIA/Megatron-LM README, "Training Speed and Scalability", July 2024).
+# PyTorch FSDP: torch.compile is off unless a source says it was on (torchtitan's job configs
+# default `compile = false`; fms-fsdp's `use_torch_compile` is the README's separate 'compile' table).
 # FSDP (torchtitan, fms-fsdp): SDPA flash attention, prefetching.
 # BLOOM's Megatron-DeepSpeed: no flash attention, ZeRO-1.
 UNPUBLISHED_DEFAULTS = {
@@ -56,7 +60,7 @@ UNPUBLISHED_DEFAULTS = {
     "megatron": {"recompute": "none", "flash_attention": True, "zero": 1, "overlap_grad_reduce": True,
                  "sequence_parallel": "tp>1", "tp_comm_overlap": "tp>1"},
     "fsdp": {"recompute": "none", "flash_attention": True, "zero": 3, "overlap_grad_reduce": True,
-             "sequence_parallel": "tp>1"},
+             "sequence_parallel": "tp>1", "compiled": False},
     "deepspeed": {"recompute": "full", "flash_attention": False, "zero": 1},
 }
 
@@ -118,6 +122,8 @@ def _public_plan(row: Mapping) -> dict:
         plan["recompute"] = row["recompute"]
     if row["sequence_parallel"]:
         plan["sequence_parallel"] = row["sequence_parallel"] == "true"
+    if row.get("compiled"):
+        plan["compiled"] = row["compiled"] == "true"
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

@@ -63,3 +63,27 @@ def gemm_fwd_bwd_time(m, n, k, batch, peak_flops, hbm_bw, sms, calib):
 def memory_bound_time(nbytes, kernels, hbm_bw, calib):
     """Seconds for element-wise kernels that stream ``nbytes`` through HBM."""
     return nbytes / (calib[C_HBM_EFF] * hbm_bw) + kernels * calib[C_KERNEL_S]
+
+
+@njit(cache=True)
+def fused_attention_fwd_bwd_time(s_q, s_k, d, batch, peak_flops, hbm_bw, sms, calib):
+    r"""(forward, backward) seconds of one of the two batched products inside a fused (flash)
+    attention kernel, ``Q K^T`` or ``P V``, for ``batch`` (heads x sequences) of ``s_q`` queries
+    against ``s_k`` keys of head width ``d``.
+
+    The same roofline as :func:`gemm_time`, except that the ``s_q x s_k`` scores never reach HBM:
+    each product moves only its width-``d`` operands and output (``2 b (s_q + s_k) d`` bytes in
+    16 bits), so at long sequences it is compute-bound instead of bound by writing an
+    ``s_q x s_k`` matrix. The backward computes two products of the same size (``dQ, dK`` or
+    ``dP, dV``), twice the FLOPs and operand traffic:
+
+    .. math:: t_\mathrm{fwd} = \max\left(\frac{2 b s_q s_k d}{\eta P},\
+              \frac{2 b (s_q + s_k) d}{\eta_\mathrm{HBM} B_\mathrm{HBM}}\right) + t_\mathrm{kernel}
+    """
+    if s_q <= 0 or s_k <= 0 or d <= 0 or batch <= 0:
+        return 0.0, 0.0
+    eff = gemm_efficiency(s_q, s_k, batch, sms, calib[C_GEMM_PEAK_EFF], calib[C_TILE_M], calib[C_TILE_N])
+    t_compute = 2.0 * batch * s_q * s_k * d / (eff * peak_flops)
+    t_memory = 2.0 * batch * (s_q + s_k) * d / (calib[C_HBM_EFF] * hbm_bw)
+    fwd = max(t_compute, t_memory)
+    return fwd + calib[C_KERNEL_S], 2.0 * fwd + calib[C_KERNEL_S]

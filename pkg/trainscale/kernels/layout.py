@@ -56,7 +56,9 @@ C_POWER_COMPUTE = 8  # share of dynamic power drawn by the compute units at full
 C_POWER_MEMORY = 9  # share drawn by HBM traffic at full bandwidth
 C_LAYER_HOST_S = 10  # fitted per stack: host time to issue one layer's forward (a pass takes at least this)
 C_GRAD_BYTES = 11  # per stack: bytes of each gradient element held (4: fp32 main grads; 2: 16-bit)
-C_SIZE = 12
+C_ELEM_TRAFFIC = 12  # per stack: element-wise HBM traffic and kernels relative to fused kernels (1: fused)
+C_SELECTIVE_SHARE = 13  # per stack: share of the forward (weight GEMMs, element-wise) its selective checkpointing recomputes
+C_SIZE = 14
 
 # recomputation modes
 RC_NONE = 0

@@ -49,9 +49,9 @@ import numpy as np
 from numba import njit
 
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
-from .compute import gemm_fwd_bwd_time, memory_bound_time
+from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_FETCH_S, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ELEM_TRAFFIC, C_FETCH_S, C_SELECTIVE_SHARE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -138,8 +138,13 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 
     # GEMMs of one layer (tensor-parallel shard)
     f_qkv, b_qkv = gemm_fwd_bwd_time(im, (ih + 2 * ikv) // itp, ih, 1, peak, hbm, sms, calib)
-    f_sc, b_sc = gemm_fwd_bwd_time(isc, is_, int(d), ib * ia // itp, peak, hbm, sms, calib)
-    f_av, b_av = gemm_fwd_bwd_time(isc, int(d), is_, ib * ia // itp, peak, hbm, sms, calib)
+    heads_local = ib * ia // itp
+    if flash:  # fused attention: the s x s scores stay on chip
+        f_sc, b_sc = fused_attention_fwd_bwd_time(isc, is_, int(d), heads_local, peak, hbm, sms, calib)
+        f_av, b_av = f_sc, b_sc
+    else:  # unfused: scores written to and read from HBM
+        f_sc, b_sc = gemm_fwd_bwd_time(isc, is_, int(d), heads_local, peak, hbm, sms, calib)
+        f_av, b_av = gemm_fwd_bwd_time(isc, int(d), is_, heads_local, peak, hbm, sms, calib)
     if flash:  # fused causal attention computes only the blocks on and below the diagonal
         causal = causal_block_fraction(sc, s)
         f_sc *= causal
@@ -177,9 +182,13 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         attention_core = 8.0 * m * h / t
     else:
         attention_core = 9.0 * mb * (a / t) * sc * s
-    fwd_elem_bytes = norm_drop_res + activation_fn + attention_core
-    fwd_elem = memory_bound_time(fwd_elem_bytes, ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
-    bwd_elem = memory_bound_time(2.0 * fwd_elem_bytes, 2.0 * ELEMENTWISE_KERNELS_PER_LAYER, hbm, calib)
+    # an eager stack runs the norm / activation / residual chains as separate kernels, each
+    # reading and writing HBM (often in fp32): the stack's traffic factor over fused kernels
+    unfused = calib[C_ELEM_TRAFFIC]
+    fwd_elem_bytes = unfused * (norm_drop_res + activation_fn) + attention_core
+    fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
+    fwd_elem = memory_bound_time(fwd_elem_bytes, fwd_kernels, hbm, calib)
+    bwd_elem = memory_bound_time(2.0 * fwd_elem_bytes, 2.0 * fwd_kernels, hbm, calib)
     attn_elem = memory_bound_time(attention_core, 2.0, hbm, calib)
 
     # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence
@@ -214,9 +223,13 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     if rc == RC_FULL:
         recomp = fwd_gemm + fwd_elem
         recomp_tp = tp_fwd
-    elif rc == RC_SELECTIVE and not flash:
-        recomp = f_sc + f_av + attn_elem
-        recomp_tp = 0.0
+    elif rc == RC_SELECTIVE:  # Megatron's: the attention core (nothing with flash attention); a
+        # stack's own selective checkpointing (torchtitan, fms-fsdp) also a share of the rest
+        share = calib[C_SELECTIVE_SHARE]
+        recomp = share * (fwd_gemm - f_sc - f_av + fwd_elem)
+        recomp_tp = share * tp_fwd
+        if not flash:
+            recomp += f_sc + f_av + attn_elem
     else:
         recomp = 0.0
         recomp_tp = 0.0
@@ -253,9 +266,11 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     if rc == RC_FULL:
         act = BYTES * m * h / (t if sp else 1.0)
         work = grads + dense + scores
-    elif rc == RC_SELECTIVE:
-        act = dense + (scores if flash else 0.0)
-        work = grads + (0.0 if flash else scores)
+    elif rc == RC_SELECTIVE:  # a stack's own selective checkpointing keeps only the input of its
+        # recomputed share (as full recomputation) and re-materialises it in the backward
+        share = calib[C_SELECTIVE_SHARE]
+        act = (1.0 - share) * (dense + (scores if flash else 0.0)) + share * BYTES * m * h / (t if sp else 1.0)
+        work = grads + (0.0 if flash else scores) + share * (dense + scores)
     else:
         act = dense + scores
         work = grads
@@ -276,7 +291,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     if rc == RC_FULL:
         flops_recomp = flops_fwd
     elif rc == RC_SELECTIVE:
-        flops_recomp = 4.0 * mb * s * s * h
+        flops_recomp = 4.0 * mb * s * s * h + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * h)
     else:
         flops_recomp = 0.0
 

@@ -1,0 +1,160 @@
+"""What a software stack changes in a step, beyond its fitted efficiencies: the element-wise traffic of an
+eager stack and what ``compiled`` (torch.compile) does to it, a stack's own selective checkpointing, and
+fused (flash) attention keeping the scores on chip. Closed forms on the layer kernel, and the eager/compiled
+pairs of the public FSDP runs (the same model, system and plan measured both ways)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainscale import calibration, perfmodel, validation
+from trainscale.kernels import compute
+from trainscale.kernels import layout as K
+from trainscale.kernels.plan import ELEMENTWISE_KERNELS_PER_LAYER, causal_block_fraction, layer_costs
+from trainscale.specs import SpecError, resolve_model, resolve_system
+
+
+def _layer(model="llama2-7b", system="dgx-h100", tp=1, mb=1, rc=K.RC_NONE, sp=False, flash=True, stack="fsdp",
+           compiled=False, overrides=None):
+    m, s = resolve_model(model), resolve_system(system)
+    calib = perfmodel.calibration_vector(s.generation, overrides, stack, compiled)
+    lc = np.empty(K.L_SIZE)
+    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib, tp, 1, mb, rc, sp, flash, lc)
+    return lc, calib, m, s
+
+
+@pytest.mark.parametrize("traffic", [1.0, 2.0, 4.5])
+def test_eager_elementwise_traffic_closed_form(traffic):
+    """fwd element-wise time = (x (norm, dropout, residual + activation) + attention) bytes / HBM rate
+    + x * 12 kernels, with x the stack's element-wise traffic factor."""
+    lc, calib, m, s = _layer(overrides={"elementwise_traffic": traffic})
+    tokens, h, f = m.seq_len, m.hidden, m.ffn_hidden
+    chains = 30.0 * tokens * h + 2.0 * m.ffn_matrices * tokens * f
+    attention = 8.0 * tokens * h
+    rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
+    expected = (traffic * chains + attention) / rate + traffic * ELEMENTWISE_KERNELS_PER_LAYER * calib[K.C_KERNEL_S]
+    assert calib[K.C_ELEM_TRAFFIC] == traffic
+    assert lc[K.L_FWD_ELEM] == pytest.approx(expected, rel=1e-12)
+
+
+def test_compiled_takes_fused_traffic_and_changes_nothing_else():
+    eager, calib_e, _, _ = _layer(stack="fsdp", compiled=False)
+    comp, calib_c, _, _ = _layer(stack="fsdp", compiled=True)
+    assert calib_e[K.C_ELEM_TRAFFIC] > 1.0 and calib_c[K.C_ELEM_TRAFFIC] == 1.0
+    assert comp[K.L_FWD_ELEM] < eager[K.L_FWD_ELEM] and comp[K.L_BWD_ELEM] < eager[K.L_BWD_ELEM]
+    for slot in (K.L_FWD_GEMM, K.L_BWD_GEMM, K.L_FWD_TP, K.L_ACT_BYTES, K.L_FLOPS_FWD):
+        assert comp[slot] == eager[slot]
+    # stacks with hand-fused kernels: compiled or not, the same vector
+    for stack in ("megatron", "nemo", "deepspeed"):
+        assert np.array_equal(perfmodel.calibration_vector("hopper", None, stack, True),
+                              perfmodel.calibration_vector("hopper", None, stack, False))
+
+
+def test_compiled_is_a_plan_field_with_a_one_line_error():
+    run = {"id": "c", "model": "llama2-7b", "system": "dgx-h100", "gpus": 8,
+           "plan": {"tp": 1, "pp": 1, "global_batch": 16, "micro_batch": 2, "recompute": "none", "zero": 3,
+                    "flash_attention": True, "stack": "fsdp", "compiled": True}}
+    fast = perfmodel.predict(run)
+    slow = perfmodel.predict({**run, "plan": {**run["plan"], "compiled": False}})
+    assert fast.step_time_s < slow.step_time_s
+    with pytest.raises(SpecError) as err:
+        perfmodel.predict({**run, "plan": {**run["plan"], "compiled": "maybe"}})
+    assert err.value.field.endswith("compiled") and "maybe" in str(err.value)
+
+
+def test_megatron_selective_recomputes_only_the_attention_core():
+    sel, calib, m, s = _layer(stack="megatron", flash=False, rc=K.RC_SELECTIVE)
+    peak, hbm, sms = s.peak_flops_bf16, s.hbm_bandwidth_GBps * 1e9, s.sm_count
+    seq, d, a = m.seq_len, m.head_dim, m.heads
+    core = (compute.gemm_time(seq, seq, d, a, peak, hbm, sms, calib) + compute.gemm_time(seq, d, seq, a, peak, hbm,
+                                                                                         sms, calib)
+            + compute.memory_bound_time(9.0 * a * seq * seq, 2.0, hbm, calib))
+    assert sel[K.L_RECOMP] == pytest.approx(core, rel=1e-12)
+    flash_sel, *_ = _layer(stack="megatron", flash=True, rc=K.RC_SELECTIVE)
+    assert flash_sel[K.L_RECOMP] == 0.0  # flash attention recomputes its scores in the backward anyway
+
+
+@given(share=st.floats(0.0, 1.0))
+@settings(max_examples=20, deadline=None)
+def test_stack_selective_share_closed_form(share):
+    """A stack's selective checkpointing recomputes ``share`` of the forward's weight GEMMs and
+    element-wise work (and, with flash attention, nothing of the attention core)."""
+    base, calib, m, s = _layer(stack="fsdp")
+    calib = calib.copy()
+    calib[K.C_SELECTIVE_SHARE] = share
+    lc = np.empty(K.L_SIZE)
+    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib, 1, 1, 1, K.RC_SELECTIVE, False, True,
+                lc)
+    fused = compute.fused_attention_fwd_bwd_time(m.seq_len, m.seq_len, m.head_dim, m.heads,
+                                                 s.peak_flops_bf16, s.hbm_bandwidth_GBps * 1e9, s.sm_count, calib)
+    core = 2.0 * fused[0] * causal_block_fraction(m.seq_len, m.seq_len)
+    expected = share * (lc[K.L_FWD_GEMM] - core + lc[K.L_FWD_ELEM])
+    assert lc[K.L_RECOMP] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    attention_flops = 4.0 * m.seq_len ** 2 * m.hidden
+    assert lc[K.L_FLOPS_RECOMP] == pytest.approx(attention_flops + share * (lc[K.L_FLOPS_FWD] - attention_flops),
+                                                 rel=1e-12)
+
+
+def test_fsdp_selective_share_is_documented_and_megatron_is_zero():
+    assert perfmodel.calibration_vector("hopper", None, "fsdp")[K.C_SELECTIVE_SHARE] == 0.5
+    for stack in ("megatron", "nemo", "deepspeed"):
+        assert perfmodel.calibration_vector("hopper", None, stack)[K.C_SELECTIVE_SHARE] == 0.0
+
+
+@given(s_q=st.integers(128, 32768), s_k=st.integers(128, 32768), d=st.sampled_from([64, 128]),
+       batch=st.integers(1, 256))
+@settings(max_examples=60, deadline=None)
+def test_fused_attention_never_slower_than_writing_the_scores(s_q, s_k, d, batch):
+    s = resolve_system("dgx-h100")
+    calib = perfmodel.calibration_vector("hopper")
+    peak, hbm = s.peak_flops_bf16, s.hbm_bandwidth_GBps * 1e9
+    fwd, bwd = compute.fused_attention_fwd_bwd_time(s_q, s_k, d, batch, peak, hbm, s.sm_count, calib)
+    unfused = compute.gemm_time(s_q, s_k, d, batch, peak, hbm, s.sm_count, calib)
+    assert fwd <= unfused * (1 + 1e-12)
+    eff = compute.gemm_efficiency(s_q, s_k, batch, s.sm_count, calib[K.C_GEMM_PEAK_EFF], calib[K.C_TILE_M],
+                                  calib[K.C_TILE_N])
+    compute_s = 2.0 * batch * s_q * s_k * d / (eff * peak)
+    memory_s = 2.0 * batch * (s_q + s_k) * d / (calib[K.C_HBM_EFF] * hbm)
+    assert fwd == pytest.approx(max(compute_s, memory_s) + calib[K.C_KERNEL_S], rel=1e-12)
+    assert bwd == pytest.approx(2.0 * max(compute_s, memory_s) + calib[K.C_KERNEL_S], rel=1e-12)
+
+
+def _pairs():
+    """(eager, compiled) public runs of the same model, system and plan, measured both ways."""
+    runs = {m.run.id: m for m in validation.public_runs()}
+    pairs = []
+    for rid, m in runs.items():
+        if m.run.plan.compiled:
+            continue
+        for twin in (rid.replace("-8g", "-8g-compile").replace("-128g", "-128g-compile"),
+                     rid.replace("fmsfsdp-", "fmsfsdp-compile-")):
+            other = runs.get(twin)
+            if other is not None and twin != rid and other.run.plan.recompute == m.run.plan.recompute:
+                pairs.append((m, other))
+    return pairs
+
+
+def test_compile_speedup_of_measured_pairs():
+    """torch.compile's measured speed-up on the pairs (16-28%) follows from the eager stack's fitted
+    element-wise traffic, the compiled runs never being fitted: 1.16-1.19 predicted (torchtitan's
+    pairs 3 points high, fms-fsdp's 12-14 points low), against 1.0 without the knob. Asserted: each
+    within 15 points and the mean within 10."""
+    pairs = _pairs()
+    assert len(pairs) >= 4, [(a.run.id, b.run.id) for a, b in pairs]
+    misses = []
+    for eager, comp in pairs:
+        measured = comp.measured / eager.measured
+        predicted = (validation.metric_value(perfmodel.predict(comp.run), comp.metric, comp.run.gpus)
+                     / validation.metric_value(perfmodel.predict(eager.run), eager.metric, eager.run.gpus))
+        assert predicted > 1.05, (eager.run.id, predicted)
+        assert abs(predicted - measured) <= 0.15, (eager.run.id, comp.run.id, measured, predicted)
+        misses.append(abs(predicted - measured))
+    assert np.mean(misses) <= 0.10, misses
+
+
+def test_compiled_runs_are_held_out_and_single_node_vtrain_is_fitted():
+    runs = calibration.fitting_runs()
+    datasets = {m.dataset for m in runs}
+    assert "fsdp-compiled" not in datasets and "vtrain-single" in datasets
+    assert not any(m.run.plan.compiled and m.dataset == "fsdp-compiled" for m in runs)

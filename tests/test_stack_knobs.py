@@ -158,3 +158,18 @@ def test_compiled_runs_are_held_out_and_single_node_vtrain_is_fitted():
     datasets = {m.dataset for m in runs}
     assert "fsdp-compiled" not in datasets and "vtrain-single" in datasets
     assert not any(m.run.plan.compiled and m.dataset == "fsdp-compiled" for m in runs)
+
+
+def test_search_prices_the_compiled_plans():
+    space = {"tp": [1, 2], "micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [3],
+             "flash_attention": [1], "overlap_grad_reduce": [1]}
+    _, eager = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp")
+    grid, comp = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp", compiled=True)
+    assert comp[0]["plan"]["compiled"] is True and eager[0]["plan"]["compiled"] is False
+    assert comp[0]["step_time_s"] < eager[0]["step_time_s"]
+    assert grid.attrs["compiled"] == 1
+    # the re-priced best plan is what predict gives for that plan
+    plan = perfmodel.plan_from_grid_entry(comp[0]["plan"], 16)
+    assert plan.compiled
+    run = {"id": "s", "model": "llama2-7b", "system": "dgx-h100", "gpus": 8, "plan": dict(plan.__dict__)}
+    assert perfmodel.predict(run).step_time_s == pytest.approx(comp[0]["step_time_s"], rel=1e-12)

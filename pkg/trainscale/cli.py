@@ -273,7 +273,7 @@ def cmd_search(args) -> int:
     knobs = [k for part in (args.search or []) for k in part.split(",") if k]
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
     grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
-                                    stack=args.stack, progress=_progress)
+                                    stack=args.stack, progress=_progress, compiled=args.compiled)
     evaluated = int(grid["step_time_s"].size)
     feasible = int(grid["fits"].values.sum())
     best = []
@@ -285,6 +285,7 @@ def cmd_search(args) -> int:
         best.append({"plan": entry["plan"], **result})
     if args.json:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
+                    "compiled": args.compiled,
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1),
                     "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best,
@@ -620,6 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=_positive_int, help="sequence length (default: the model's)")
     p.add_argument("--stack", default="megatron", choices=("megatron", "deepspeed", "fsdp", "nemo"),
                    help="software stack that runs the plans (default megatron)")
+    p.add_argument("--compiled", action="store_true",
+                   help="the model runs under torch.compile (fuses an eager stack's element-wise kernels)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

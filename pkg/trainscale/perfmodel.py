@@ -417,13 +417,14 @@ def _axis(values, name: str) -> np.ndarray:
 
 
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
-                  stack: str = DEFAULT_STACK, **axes: Iterable) -> xr.Dataset:
+                  stack: str = DEFAULT_STACK, compiled: bool = False, **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
     Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
     non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
-    invalid ones have NaN times. ``stack`` (one per grid) is the software stack of every plan.
+    invalid ones have NaN times. ``stack`` and ``compiled`` (one per grid) are the software stack of
+    every plan and whether it runs compiled (:class:`~trainscale.specs.PlanSpec`).
     """
     model = resolve_model(model)
     system = resolve_system(system)
@@ -436,11 +437,12 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
     arrays = [_axis(values[name], name) for name in names]
     ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
-    calib = calibration_vector(system.generation, calibration, stack)
+    calib = calibration_vector(system.generation, calibration, stack, compiled)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep)
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
     ds.attrs["stack"] = stack
+    ds.attrs["compiled"] = int(compiled)
     return ds
 
 
@@ -516,7 +518,7 @@ RERANK_CANDIDATES = 32
 
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
-           stack: str = DEFAULT_STACK, progress=None) -> tuple[xr.Dataset, list[dict]]:
+           stack: str = DEFAULT_STACK, progress=None, compiled: bool = False) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
@@ -528,10 +530,12 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
-    grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack, **space)
+    grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack,
+                         compiled=compiled, **space)
     candidates = rank(grid, max(top, rerank))
     for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
         entry["plan"]["stack"] = stack
+        entry["plan"]["compiled"] = bool(compiled)
         run = RunSpec(id="search", model=model, system=system,
                       plan=plan_from_grid_entry(entry["plan"], global_batch))
         p = predict(run, calibration)
@@ -607,7 +611,7 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     flash_attention=bool(p["flash_attention"]),
                     zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)),
                     tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]),
-                    stack=p.get("stack", DEFAULT_STACK))
+                    stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)))
 
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",

@@ -4,25 +4,23 @@
   GPUs under each ZeRO stage.
 - Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: activation bytes per layer under tensor,
   sequence parallelism and recomputation.
-- Calculon (calculon-ai/calculon, commit in tests/data/calculon_reference.csv), run on eight GPT
+- Calculon (calculon-ai/calculon, commit in pkg/trainscale/data/calculon_reference.csv), run on eight GPT
   plans: the terms both models count the same way agree within 5%; the others differ for the
-  reasons in tests/data/calculon_reference.md and the README.
+  reasons in pkg/trainscale/data/calculon_reference.md and the README.
 - Every published run that trained is predicted to fit.
 """
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from trainscale import perfmodel, validation
+from trainscale import catalog, perfmodel, validation
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs, state_bytes_per_param
 from trainscale.specs import RunSpec
 
 GiB = 2.0**30
-DATA = Path(__file__).parent / "data"
 
 
 # ZeRO paper, Figure 1: Psi = 7.5B, N_d = 64, K = 12; GB = 1e9 bytes
@@ -61,7 +59,7 @@ def test_activations_per_layer_match_korthikanti_table_2(tp, sp, recompute, form
 
 
 def _calculon_rows():
-    with open(DATA / "calculon_reference.csv", encoding="utf-8") as fh:
+    with open(catalog.data_path("calculon_reference.csv"), encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -133,3 +131,19 @@ def test_every_published_run_is_predicted_to_fit():
 def test_the_runs_left_out_of_the_fit_invariant_are_few_and_named():
     left = sorted(m.run.id for m in _all_published() if _stack_specific_checkpointing(m))
     assert 0 < len(left) <= 5, left
+
+
+def test_memory_side_by_side_dataset_is_what_the_test_checks():
+    """The validation study's memory parity (``validation.memory_side_by_side``) holds the same
+    numbers this file checks row by row: block weights and optimizer states within 5%, totals 15%."""
+    ds = validation.memory_side_by_side()
+    assert ds.sizes == {"plan": len(_calculon_rows()), "term": 3}
+    for var in ("ours_GiB", "calculon_GiB", "rel_difference"):
+        assert ds[var].attrs["units"] and ds[var].attrs["long_name"]
+    rel = np.abs(ds["rel_difference"])
+    assert float(rel.sel(term="block weights").max()) <= 0.05
+    assert float(rel.sel(term="block optimizer states").max()) <= 0.05
+    assert float(rel.sel(term="total without reserve").max()) <= 0.15
+    row = _calculon_rows()[0]
+    assert float(ds["calculon_GiB"].sel(plan=row["plan_id"], term="total without reserve")) == \
+        float(row["calculon_total_GiB"])

@@ -307,3 +307,60 @@ def table(ds: xr.Dataset, dataset: str | None = None) -> pd.DataFrame:
 
 __all__ = ["MeasuredRun", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
            "table"]
+
+
+# --------------------------------------------------------------------------- memory side by side with Calculon
+CALCULON_FILE = "calculon_reference.csv"
+CALCULON_MODELS = {"gpt3-175B": "gpt3-175b", "turing-530B": "gpt-530b", "megatron-22B": "gpt-22b"}
+MEMORY_TERMS = ("block weights", "block optimizer states", "total without reserve")
+
+
+def calculon_rows() -> list[dict]:
+    """Calculon's per-GPU memory for eight GPT plans (``data/calculon_reference.csv``; how they were
+    produced, and what each column is, in ``calculon_reference.md``)."""
+    with open(catalog.data_path(CALCULON_FILE), encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def calculon_run(row: Mapping) -> RunSpec:
+    """The plan of a Calculon reference row as a run: Calculon's optimizer sharding also shards the
+    16-bit gradients, ZeRO stage 2 in our terms (stage 0 without sharding)."""
+    plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
+            "micro_batch": int(row["micro_batch"]), "global_batch": int(row["global_batch"]),
+            "interleave": int(row["interleave"]), "recompute": row["recompute"],
+            "sequence_parallel": row["sequence_parallel"] == "true",
+            "zero": 2 if row["optimizer_sharding"] == "true" else 0}
+    return RunSpec.from_dict({"id": row["plan_id"], "model": CALCULON_MODELS[row["model"]],
+                              "system": "dgx-a100-80gb", "gpus": int(row["gpus"]), "plan": plan})
+
+
+def memory_side_by_side() -> xr.Dataset:
+    """Per-GPU memory of ours and Calculon's on the same plans, for the terms both models count
+    alike (``MEMORY_TERMS``): the weights and optimizer states of a stage's transformer blocks
+    (Calculon puts ``ceil(L / p)`` blocks on every stage and no embedding) and the total without
+    our 2 GiB reserve (Calculon holds none; the other differences are listed in the README)."""
+    rows = calculon_rows()
+    ours = np.empty((len(rows), len(MEMORY_TERMS)))
+    theirs = np.empty_like(ours)
+    for i, row in enumerate(rows):
+        run = calculon_run(row)
+        p = perfmodel.predict(run)
+        blocks = -(-run.model.layers // run.plan.pp)
+        block_params = run.model.params_per_layer() / run.plan.tp * blocks
+        shard = run.plan.dp if run.plan.zero else 1
+        ours[i] = (2.0 * block_params / perfmodel.GiB, 12.0 * block_params / shard / perfmodel.GiB,
+                   p.memory_gib_per_gpu - p.memory_breakdown_gib["reserved"])
+        theirs[i] = (float(row["calculon_weight_GiB"]), float(row["calculon_optimizer_GiB"]),
+                     float(row["calculon_total_GiB"]))
+    described = {"units": "GiB"}
+    ds = xr.Dataset(
+        {"ours_GiB": (("plan", "term"), ours, {**described, "long_name": "per-GPU memory, trainscale"}),
+         "calculon_GiB": (("plan", "term"), theirs, {**described, "long_name": "per-GPU memory, Calculon "
+                                                                               "(calculon_reference.csv)"})},
+        coords={"plan": ("plan", [r["plan_id"] for r in rows], {"long_name": "Calculon reference plan"}),
+                "term": ("term", list(MEMORY_TERMS), {"long_name": "memory term both models count alike"})})
+    ds["rel_difference"] = (ds["ours_GiB"] / ds["calculon_GiB"] - 1.0).assign_attrs(
+        units="1", long_name="(ours - Calculon) / Calculon")
+    ds.attrs.update(provenance({"calculon_file": CALCULON_FILE}), title="trainscale per-GPU memory side by side with Calculon",
+                    calculon_commit=rows[0]["calculon_commit"])
+    return ds

@@ -21,7 +21,7 @@ from ..validation import NOT_FITTED
 PAPER = ("Narayanan et al. 2021 (Megatron-LM PTD-P, arXiv 2104.04473); Korthikanti et al. 2022 (arXiv 2205.05198); "
          "Bang et al., vTrain (MICRO 2024, arXiv 2312.12391); public NeMo, Megatron-Core, FSDP and "
          "Megatron-DeepSpeed runs (published_runs_stacks.csv)")
-OUTPUTS = ("validation.nc", "parity.png", "error_by_run.png")
+OUTPUTS = ("validation.nc", "parity.png", "error_by_run.png", "memory.nc", "memory_parity.png")
 RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 10, "runtime_full_min": 30}
 INPUT_FOLDER_PARAMETERS = ("vtrain_dir",)
 STUDY = "validation"

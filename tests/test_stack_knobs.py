@@ -26,16 +26,31 @@ def _layer(model="llama2-7b", system="dgx-h100", tp=1, mb=1, rc=K.RC_NONE, sp=Fa
 
 @pytest.mark.parametrize("traffic", [1.0, 2.0, 4.5])
 def test_eager_elementwise_traffic_closed_form(traffic):
-    """fwd element-wise time = (x (norm, dropout, residual + activation) + attention) bytes / HBM rate
-    + x * 12 kernels, with x the stack's element-wise traffic factor."""
+    """Element-wise time = (x (norms, dropouts, residual adds, activation) + attention) bytes / HBM rate
+    + x * kernels, with x the stack's element-wise traffic factor: per token 30 h bytes of norms,
+    dropouts and residual adds and 6 per SwiGLU element forward, twice that backward."""
     lc, calib, m, s = _layer(overrides={"elementwise_traffic": traffic})
     tokens, h, f = m.seq_len, m.hidden, m.ffn_hidden
-    chains = 30.0 * tokens * h + 2.0 * m.ffn_matrices * tokens * f
-    attention = 8.0 * tokens * h
+    assert m.ffn_matrices == 3  # SwiGLU
     rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
-    expected = (traffic * chains + attention) / rate + traffic * ELEMENTWISE_KERNELS_PER_LAYER * calib[K.C_KERNEL_S]
+    kernel = calib[K.C_KERNEL_S]
+    fwd = (traffic * (30.0 * tokens * h + 6.0 * tokens * f) + 8.0 * tokens * h) / rate
     assert calib[K.C_ELEM_TRAFFIC] == traffic
-    assert lc[K.L_FWD_ELEM] == pytest.approx(expected, rel=1e-12)
+    assert lc[K.L_FWD_ELEM] == pytest.approx(fwd + traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel, rel=1e-12)
+    assert lc[K.L_BWD_ELEM] == pytest.approx(2 * fwd + 2 * traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel,
+                                             rel=1e-12)
+
+
+def test_unfused_attention_score_bytes():
+    """Unfused attention moves 9 bytes per score forward (softmax 4, dropout 5) and 11 backward
+    (dropout 5, softmax 6), not twice the forward."""
+    plain, calib, m, s = _layer(stack="megatron", flash=False)
+    rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
+    scores = m.heads * m.seq_len ** 2
+    no_attention = (30.0 * m.seq_len * m.hidden + 6.0 * m.seq_len * m.ffn_hidden) / rate
+    kernel = calib[K.C_KERNEL_S] * ELEMENTWISE_KERNELS_PER_LAYER
+    assert plain[K.L_FWD_ELEM] == pytest.approx(no_attention + 9.0 * scores / rate + kernel, rel=1e-12)
+    assert plain[K.L_BWD_ELEM] == pytest.approx(2 * no_attention + 11.0 * scores / rate + 2 * kernel, rel=1e-12)
 
 
 def test_compiled_takes_fused_traffic_and_changes_nothing_else():

@@ -73,6 +73,13 @@ BYTES = 2.0  # 16-bit activations, weights and gradients
 OPTIMIZER_BYTES_PER_PARAM = 12.0  # fp32 master weights, Adam m and v (ZeRO paper's K = 12)
 ADAM_TRAFFIC_BYTES_PER_PARAM = 28.0  # read p32, m, v, g16 and write p32, m, v, p16
 ELEMENTWISE_KERNELS_PER_LAYER = 12.0
+# HBM bytes per s x s score of the unfused attention (16-bit values, 1-byte dropout mask): the
+# scaled masked softmax (read, write: 4) and the attention dropout (read, write, mask: 5); backward
+# the dropout (read dy and the mask, write: 5) and the softmax (read y and dy, write: 6)
+SCORE_BYTES = (4.0 + 5.0, 5.0 + 6.0)
+# per hidden element of a token: LayerNorms, dropouts and residual adds, forward (the backward moves
+# twice as much, as do the activation's)
+NORM_DROPOUT_RESIDUAL_BYTES = 30.0
 FLASH_BLOCK = 128.0  # key/value block of FlashAttention-2 and cuDNN's fused attention on Ampere/Hopper
 
 
@@ -174,22 +181,31 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # memory-bound kernels: LayerNorms, dropouts, residual adds (replicated across TP ranks
     # unless sequence parallel), the FFN activation, softmax + attention dropout on s x s scores
     replicated = 1.0 / t if sp else 1.0
-    norm_drop_res = 30.0 * m * h * replicated
-    activation_fn = (2.0 * nf) * m * f / t
+    norm_fwd = NORM_DROPOUT_RESIDUAL_BYTES * m * h * replicated
+    norm_bwd = 2.0 * norm_fwd
+    act_fwd = 2.0 * nf  # bytes per FFN element
+    act_bwd = 2.0 * act_fwd
+    tokens_ffn = routed if moe else m
+    activation_fwd = act_fwd * tokens_ffn * f / t
+    activation_bwd = act_bwd * tokens_ffn * f / t
     if moe:  # every routed copy goes through its expert's activation, plus permute / unpermute
-        activation_fn = (2.0 * nf) * routed * f / t + 8.0 * routed * h / t
+        activation_fwd += 8.0 * routed * h / t
+        activation_bwd += 8.0 * routed * h / t
     if flash:
-        attention_core = 8.0 * m * h / t
+        attention_fwd = 8.0 * m * h / t
+        attention_bwd = 2.0 * attention_fwd
     else:
-        attention_core = 9.0 * mb * (a / t) * sc * s
+        score_elements = mb * (a / t) * sc * s
+        attention_fwd = SCORE_BYTES[0] * score_elements
+        attention_bwd = SCORE_BYTES[1] * score_elements
     # an eager stack runs the norm / activation / residual chains as separate kernels, each
     # reading and writing HBM (often in fp32): the stack's traffic factor over fused kernels
     unfused = calib[C_ELEM_TRAFFIC]
-    fwd_elem_bytes = unfused * (norm_drop_res + activation_fn) + attention_core
     fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
-    fwd_elem = memory_bound_time(fwd_elem_bytes, fwd_kernels, hbm, calib)
-    bwd_elem = memory_bound_time(2.0 * fwd_elem_bytes, 2.0 * fwd_kernels, hbm, calib)
-    attn_elem = memory_bound_time(attention_core, 2.0, hbm, calib)
+    fwd_elem = memory_bound_time(unfused * (norm_fwd + activation_fwd) + attention_fwd, fwd_kernels, hbm, calib)
+    bwd_elem = memory_bound_time(unfused * (norm_bwd + activation_bwd) + attention_bwd, 2.0 * fwd_kernels, hbm,
+                                 calib)
+    attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
 
     # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence
     # parallelism an all-gather + reduce-scatter pair each, the same ring traffic)

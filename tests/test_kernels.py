@@ -1,5 +1,6 @@
 """The Numba kernels against closed forms, textbook formulas and a pure-Python reference run."""
 
+import ast
 import json
 import math
 import os
@@ -333,3 +334,53 @@ def test_grid_matches_pure_python_reference(tmp_path):
     finite = np.isfinite(jit[:, K.O_STEP])
     assert finite.sum() > 100
     np.testing.assert_allclose(jit, ref, rtol=1e-12, atol=0, equal_nan=True)
+
+
+def _decorators(fn):
+    return [ast.unparse(d) for d in fn.decorator_list]
+
+
+def test_no_cached_kernel_calls_a_parallel_kernel():
+    """Numba's cache of a function that calls a ``parallel=True`` kernel loaded from the cache in
+    another process crashes the next process that loads it (kernels/__init__.py); such callers
+    are plain Python or ``cache=False``."""
+    folder = Path(perfmodel.__file__).parent / "kernels"
+    trees = {p: ast.parse(p.read_text()) for p in sorted(folder.glob("*.py"))}
+    functions = {fn.name: fn for tree in trees.values() for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)}
+    parallel = {name for name, fn in functions.items() if any("parallel=True" in d for d in _decorators(fn))}
+    assert {"evaluate_grid_ep", "worker_step"} <= parallel
+    offenders = []
+    for name, fn in functions.items():
+        if not any("cache=True" in d for d in _decorators(fn)):
+            continue
+        called = {c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", "")
+                  for c in ast.walk(fn) if isinstance(c, ast.Call)}
+        offenders += [f"{name} -> {callee}" for callee in called & parallel if callee != name]
+    assert not offenders, offenders
+
+
+@pytest.mark.slow
+def test_cached_grid_survives_compiling_in_three_processes(tmp_path):
+    """The crash this guards against: one process caches the parallel grid kernel, a second
+    compiles the dense-grid entry point against it, a third loads both."""
+    script = textwrap.dedent("""
+        import sys
+        from trainscale import perfmodel
+        from trainscale.kernels.grid import evaluate_grid
+        space = {"tp": [1, 2], "pp": [1, 2], "micro_batch": [1, 2]}
+        if sys.argv[1] == "ep":
+            perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 16, 64, **space)
+        else:
+            arrays = [perfmodel._axis(space.get(n, [0] if n in perfmodel.BOOLEAN_AXES + ("zero", "shard_group")
+                                                else ["full"] if n == "recompute" else [1]), n)
+                      for n in perfmodel.GRID_AXES]
+            calib = perfmodel.calibration_vector("hopper")
+            m, s = perfmodel.model_vector(perfmodel.resolve_model("llama2-7b")), \\
+                perfmodel.system_vector(perfmodel.resolve_system("dgx-h100"))
+            results, _ = evaluate_grid(m, s, calib, 16, 64, *arrays)
+            print(results.shape[0])
+    """)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    for stage in ("ep", "dense", "dense"):
+        proc = subprocess.run([sys.executable, "-c", script, stage], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, (stage, proc.returncode, proc.stderr[-2000:])

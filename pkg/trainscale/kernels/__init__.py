@@ -7,6 +7,11 @@ Numba's on-disk cache checks only the source file of the cached function, not th
 inlines from other files, so a changed formula in ``plan.py`` would leave a stale compiled
 ``grid.evaluate_grid`` behind. The cache therefore lives in a folder named after a hash of all
 kernel sources (under ``NUMBA_CACHE_DIR`` if set, else the user's cache folder).
+
+A cached function must not call a ``parallel=True`` kernel: when the callee was loaded from the
+cache while the caller compiled, the cached caller crashes the next process that loads it (seen
+with ``make figures`` then ``make test`` then ``make bench``). Such callers are plain Python or
+``cache=False`` (tests/test_kernels.py checks it).
 """
 
 import hashlib

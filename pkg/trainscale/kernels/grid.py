@@ -100,9 +100,12 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
     return results, dps
 
 
-@njit(cache=True)
 def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
                   zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v):
-    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened dense grid (``ep = 1``)."""
+    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened dense grid (``ep = 1``).
+
+    A plain Python function on purpose: Numba's on-disk cache of a function that calls a
+    ``parallel=True`` kernel compiled in another process can crash when it is loaded (a cached
+    caller linked against the cached parfor), so no cached kernel calls a parallel one."""
     return evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
                             zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, np.ones(1, dtype=np.int64))

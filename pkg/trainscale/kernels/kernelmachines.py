@@ -200,7 +200,7 @@ def master_step(Wbar, W, mu, mu_workers, lam, rho):
                 mu_workers[i, a, c] -= avg
 
 
-@njit(cache=True)
+@njit(cache=False)  # not cached: it calls the parallel worker_step (see kernels/__init__.py)
 def admm_run(Z, T, rows, cols, factors, lam, rho, iterations, Wbar, mu, mu_workers, ZtY, Obar, nu, W, O, o,
              W_ref, distance):
     """``iterations`` ADMM iterations from the given state (all arrays updated in place);

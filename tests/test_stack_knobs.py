@@ -188,3 +188,19 @@ def test_search_prices_the_compiled_plans():
     assert plan.compiled
     run = {"id": "s", "model": "llama2-7b", "system": "dgx-h100", "gpus": 8, "plan": dict(plan.__dict__)}
     assert perfmodel.predict(run).step_time_s == pytest.approx(comp[0]["step_time_s"], rel=1e-12)
+
+
+def test_fp32_gradient_reduction_doubles_the_gradient_bytes():
+    """DeepSpeed's BF16_Optimizer reduces its fp32 gradient buffer: the data-parallel reduction moves
+    4 bytes per gradient instead of 2 (the weight all-gather after the step stays 16-bit), and the
+    gradients held take twice the memory."""
+    run = {"id": "g", "model": "gpt3-175b", "system": "dgx-a100-80gb", "gpus": 512,
+           "plan": {"tp": 8, "pp": 8, "global_batch": 512, "micro_batch": 1, "zero": 0, "stack": "deepspeed"}}
+    half = perfmodel.predict(run)
+    full = perfmodel.predict({**run, "plan": {**run["plan"], "grad_reduce_fp32": True}})
+    assert full.comm_total_s["dp_comm"] == pytest.approx(2.0 * half.comm_total_s["dp_comm"], rel=0.01)
+    assert full.memory_breakdown_gib["gradients"] == pytest.approx(2.0 * half.memory_breakdown_gib["gradients"],
+                                                                   rel=1e-12)
+    assert full.step_time_s > half.step_time_s
+    bloom = [m for m in validation.public_runs() if m.run.id.startswith("bloom")]
+    assert bloom and all(m.run.plan.grad_reduce_fp32 for m in bloom)  # BLOOM's BF16_Optimizer, from the CSV

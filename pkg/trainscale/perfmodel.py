@@ -126,10 +126,12 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
 
 
 def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None,
-                       stack: str = DEFAULT_STACK, compiled: bool = False) -> np.ndarray:
+                       stack: str = DEFAULT_STACK, compiled: bool = False,
+                       grad_reduce_fp32: bool = False) -> np.ndarray:
     """The calibration vector (layout ``C_*``) of a generation and stack; ``compiled`` (a plan's
     ``compiled``: torch.compile fuses the element-wise chains) sets the stack's element-wise traffic
-    factor to 1, that of hand-fused kernels."""
+    factor to 1, that of hand-fused kernels; ``grad_reduce_fp32`` (a plan's) makes the gradients
+    4 bytes each."""
     cal = catalog.calibration()
     params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
@@ -140,7 +142,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_NET_EFF] = params["network_efficiency"]
     vec[K.C_FETCH_S] = params["zero3_fetch_s"]
     vec[K.C_LAYER_HOST_S] = params["layer_host_s"]
-    vec[K.C_GRAD_BYTES] = cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
+    vec[K.C_GRAD_BYTES] = 4.0 if grad_reduce_fp32 else cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
     vec[K.C_ELEM_TRAFFIC] = 1.0 if compiled else params["elementwise_traffic"]
     vec[K.C_SELECTIVE_SHARE] = cal["stacks"][stack]["fixed"]["selective_recompute_share"]["value"]
     vec[K.C_TILE_M] = fixed["tile_m"]["value"]
@@ -312,7 +314,8 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     ``pipeline_simulation=False`` keeps the grid kernel's closed form."""
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
-    calib = calibration_vector(run.system.generation, calibration, run.plan.stack, run.plan.compiled)
+    calib = calibration_vector(run.system.generation, calibration, run.plan.stack, run.plan.compiled,
+                               run.plan.grad_reduce_fp32)
     out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
         simulate_pipeline(out, run.model, run.plan, calib, run.system)
@@ -364,7 +367,7 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
     run backward as one pass (``bwd + wgrad``)."""
     model, system = resolve_model(model), resolve_system(system)
     plan.check_against(model)
-    calib = calibration_vector(system.generation, calibration, plan.stack, plan.compiled)
+    calib = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32)
     out = plan_vector(model, system, plan, calib)
     (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)

@@ -415,6 +415,10 @@ class PlanSpec:
     chains an eager stack runs as separate kernels: the stack's ``elementwise_traffic`` factor
     becomes 1, that of Megatron's and Transformer Engine's hand-fused kernels (off by default; it
     changes nothing for stacks whose factor is already 1).
+    ``grad_reduce_fp32`` says the gradients are held and reduced in fp32 (4 bytes each) instead of
+    the stack's 16 bits, as DeepSpeed's BF16_Optimizer does (it reduces its fp32 gradient buffer,
+    ``get_grads_for_reduction``) and Megatron-LM's ``--accumulate-allreduce-grads-in-fp32`` (off by
+    default).
     """
 
     tp: int = 1
@@ -435,6 +439,7 @@ class PlanSpec:
     tp_comm_overlap: bool = False
     stack: str = DEFAULT_STACK
     compiled: bool = False
+    grad_reduce_fp32: bool = False
 
     @property
     def gpus(self) -> int:
@@ -479,6 +484,7 @@ class PlanSpec:
             tp_comm_overlap=_bool(d, "tp_comm_overlap", where, False),
             stack=_choice(d, "stack", where, DEFAULT_STACK, STACKS),
             compiled=_bool(d, "compiled", where, False),
+            grad_reduce_fp32=_bool(d, "grad_reduce_fp32", where, False),
         )
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)

@@ -124,6 +124,8 @@ def _public_plan(row: Mapping) -> dict:
         plan["sequence_parallel"] = row["sequence_parallel"] == "true"
     if row.get("compiled"):
         plan["compiled"] = row["compiled"] == "true"
+    if row.get("grad_reduce_fp32"):
+        plan["grad_reduce_fp32"] = row["grad_reduce_fp32"] == "true"
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

@@ -10,12 +10,11 @@
 - Every published run that trained is predicted to fit.
 """
 
-import csv
 
 import numpy as np
 import pytest
 
-from trainscale import catalog, perfmodel, validation
+from trainscale import perfmodel, validation
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs, state_bytes_per_param
 from trainscale.specs import RunSpec
@@ -59,21 +58,7 @@ def test_activations_per_layer_match_korthikanti_table_2(tp, sp, recompute, form
 
 
 def _calculon_rows():
-    with open(catalog.data_path("calculon_reference.csv"), encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
-CALCULON_MODELS = {"gpt3-175B": "gpt3-175b", "turing-530B": "gpt-530b", "megatron-22B": "gpt-22b"}
-
-
-def _ours(row, zero):
-    plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
-            "micro_batch": int(row["micro_batch"]), "global_batch": int(row["global_batch"]),
-            "interleave": int(row["interleave"]), "recompute": row["recompute"],
-            "sequence_parallel": row["sequence_parallel"] == "true", "zero": zero}
-    run = RunSpec.from_dict({"id": row["plan_id"], "model": CALCULON_MODELS[row["model"]],
-                             "system": "dgx-a100-80gb", "gpus": int(row["gpus"]), "plan": plan})
-    return run, perfmodel.predict(run)
+    return validation.calculon_rows()
 
 
 @pytest.mark.parametrize("row", _calculon_rows(), ids=lambda r: r["plan_id"])
@@ -81,7 +66,9 @@ def test_memory_side_by_side_with_calculon(row):
     """Calculon's optimizer sharding shards the 16-bit gradients too (ZeRO stage 2 in our terms);
     it models the transformer blocks only (no embedding or logits) on every stage alike."""
     zero = 2 if row["optimizer_sharding"] == "true" else 0
-    run, p = _ours(row, zero)
+    run = validation.calculon_run(row)
+    assert run.plan.zero == zero
+    p = perfmodel.predict(run)
     mem = p.memory_breakdown_gib
     assert sum(mem.values()) == pytest.approx(p.memory_gib_per_gpu, rel=1e-12)
     pp, t = run.plan.pp, run.plan.tp

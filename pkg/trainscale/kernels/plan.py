@@ -78,7 +78,7 @@ ELEMENTWISE_KERNELS_PER_LAYER = 12.0
 # the dropout (read dy and the mask, write: 5) and the softmax (read y and dy, write: 6)
 SCORE_BYTES = (4.0 + 5.0, 5.0 + 6.0)
 # per hidden element of a token: LayerNorms, dropouts and residual adds, forward (the backward moves
-# twice as much, as do the activation's)
+# twice as much, as does the FFN activation's 2 bytes per element and input matrix)
 NORM_DROPOUT_RESIDUAL_BYTES = 30.0
 FLASH_BLOCK = 128.0  # key/value block of FlashAttention-2 and cuDNN's fused attention on Ampere/Hopper
 
@@ -181,16 +181,11 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # memory-bound kernels: LayerNorms, dropouts, residual adds (replicated across TP ranks
     # unless sequence parallel), the FFN activation, softmax + attention dropout on s x s scores
     replicated = 1.0 / t if sp else 1.0
-    norm_fwd = NORM_DROPOUT_RESIDUAL_BYTES * m * h * replicated
-    norm_bwd = 2.0 * norm_fwd
-    act_fwd = 2.0 * nf  # bytes per FFN element
-    act_bwd = 2.0 * act_fwd
-    tokens_ffn = routed if moe else m
-    activation_fwd = act_fwd * tokens_ffn * f / t
-    activation_bwd = act_bwd * tokens_ffn * f / t
+    norm_drop_res = NORM_DROPOUT_RESIDUAL_BYTES * m * h * replicated
+    activation_fn = (2.0 * nf) * m * f / t
     if moe:  # every routed copy goes through its expert's activation, plus permute / unpermute
-        activation_fwd += 8.0 * routed * h / t
-        activation_bwd += 8.0 * routed * h / t
+        activation_fn = (2.0 * nf) * routed * f / t + 8.0 * routed * h / t
+    chains = norm_drop_res + activation_fn  # the backward moves twice as much
     if flash:
         attention_fwd = 8.0 * m * h / t
         attention_bwd = 2.0 * attention_fwd
@@ -202,9 +197,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # reading and writing HBM (often in fp32): the stack's traffic factor over fused kernels
     unfused = calib[C_ELEM_TRAFFIC]
     fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
-    fwd_elem = memory_bound_time(unfused * (norm_fwd + activation_fwd) + attention_fwd, fwd_kernels, hbm, calib)
-    bwd_elem = memory_bound_time(unfused * (norm_bwd + activation_bwd) + attention_bwd, 2.0 * fwd_kernels, hbm,
-                                 calib)
+    fwd_elem = memory_bound_time(unfused * chains + attention_fwd, fwd_kernels, hbm, calib)
+    bwd_elem = memory_bound_time(unfused * 2.0 * chains + attention_bwd, 2.0 * fwd_kernels, hbm, calib)
     attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
 
     # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence

@@ -101,9 +101,9 @@ def _stack_specific_checkpointing(m):
     """fms-fsdp rows with its "selective" checkpointing: a fraction of the blocks is checkpointed
     (``selective_checkpointing``), and the fraction its README benchmarks used is not published. The
     plan takes torchtitan's documented half (calibration.yaml, ``selective_recompute_share``), an
-    estimate for fms-fsdp: at 70B with micro-batch 2 it would not fit in 80 GB (114 GiB predicted),
-    so that run must have checkpointed more of its blocks. torchtitan's selective rows are modelled
-    and tested."""
+    estimate for fms-fsdp: at 70B with micro-batch 2 it would not fit in 80 GB (111-114 GiB predicted
+    on A100 and H100), so those runs must have checkpointed more of their blocks. torchtitan's
+    selective rows are modelled and tested."""
     return m.run.plan.stack == "fsdp" and m.run.plan.recompute == "selective" and m.run.id.startswith("fmsfsdp")
 
 
@@ -117,7 +117,7 @@ def test_every_published_run_is_predicted_to_fit():
 
 def test_the_runs_left_out_of_the_fit_invariant_are_few_and_named():
     left = sorted(m.run.id for m in _all_published() if _stack_specific_checkpointing(m))
-    assert 0 < len(left) <= 5, left
+    assert 0 < len(left) <= 8, left  # fms-fsdp: eager 13B on A100 and H100, compiled 13B/34B/70B on both
 
 
 def test_memory_side_by_side_dataset_is_what_the_test_checks():

@@ -131,7 +131,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     """The calibration vector (layout ``C_*``) of a generation and stack; ``compiled`` (a plan's
     ``compiled``: torch.compile fuses the element-wise chains) sets the stack's element-wise traffic
     factor to 1, that of hand-fused kernels; ``grad_reduce_fp32`` (a plan's) makes the gradients
-    4 bytes each."""
+    4 bytes each, and where the stack reduces fp32 gradients with an all-reduce
+    (``fp32_grads_allreduced``: DeepSpeed's BF16_Optimizer) it does so under ZeRO 1-2 too."""
     cal = catalog.calibration()
     params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
@@ -145,6 +146,11 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_GRAD_BYTES] = 4.0 if grad_reduce_fp32 else cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
     vec[K.C_ELEM_TRAFFIC] = 1.0 if compiled else params["elementwise_traffic"]
     vec[K.C_SELECTIVE_SHARE] = cal["stacks"][stack]["fixed"]["selective_recompute_share"]["value"]
+    stack_fixed = cal["stacks"][stack]["fixed"]
+    vec[K.C_GRAD_ALLREDUCE] = 1.0 if grad_reduce_fp32 and stack_fixed["fp32_grads_allreduced"]["value"] else 0.0
+    # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
+    fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
+    vec[K.C_ATTN_EFF] = fixed["fa2_attention_efficiency"]["value"] if fa2 else 1.0
     vec[K.C_TILE_M] = fixed["tile_m"]["value"]
     vec[K.C_TILE_N] = fixed["tile_n"]["value"]
     vec[K.C_KERNEL_S] = common["kernel_overhead_s"]["value"]

@@ -418,7 +418,9 @@ class PlanSpec:
     ``grad_reduce_fp32`` says the gradients are held and reduced in fp32 (4 bytes each) instead of
     the stack's 16 bits, as DeepSpeed's BF16_Optimizer does (it reduces its fp32 gradient buffer,
     ``get_grads_for_reduction``) and Megatron-LM's ``--accumulate-allreduce-grads-in-fp32`` (off by
-    default).
+    default). On the ``deepspeed`` stack that optimizer all-reduces the fp32 gradients even though it
+    shards its states (ZeRO 1), twice the wire bytes of a reduce-scatter (``fp32_grads_allreduced`` in
+    ``data/calibration.yaml``).
     """
 
     tp: int = 1

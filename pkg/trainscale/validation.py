@@ -115,7 +115,7 @@ def _public_plan(row: Mapping) -> dict:
     stack = row["stack"]
     tp = int(row["tp"])
     plan = {"tp": tp, "pp": int(row["pp"]), "global_batch": int(row["global_batch"]), "stack": stack}
-    for key in ("dp", "cp", "interleave", "micro_batch", "zero", "ep"):
+    for key in ("dp", "cp", "interleave", "micro_batch", "zero", "ep", "shard_group"):
         if row.get(key):
             plan[key] = int(row[key])
     if row["recompute"]:

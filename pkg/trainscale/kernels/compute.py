@@ -22,7 +22,7 @@ roofline maximum of compute and HBM traffic, plus a fixed per-kernel cost:
 
 from numba import njit
 
-from .layout import C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
+from .layout import C_ATTN_EFF, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
 
 
 @njit(cache=True)
@@ -75,14 +75,17 @@ def fused_attention_fwd_bwd_time(s_q, s_k, d, batch, peak_flops, hbm_bw, sms, ca
     each product moves only its width-``d`` operands and output (``2 b (s_q + s_k) d`` bytes in
     16 bits), so at long sequences it is compute-bound instead of bound by writing an
     ``s_q x s_k`` matrix. The backward computes two products of the same size (``dQ, dK`` or
-    ``dP, dV``), twice the FLOPs and operand traffic:
+    ``dP, dV``), twice the FLOPs and operand traffic. The kernel reaches ``a`` times the
+    generation's GEMM efficiency (``calib[C_ATTN_EFF]``: 1 for a kernel written for the
+    generation, less for an older kernel, e.g. FlashAttention-2 on Hopper):
 
-    .. math:: t_\mathrm{fwd} = \max\left(\frac{2 b s_q s_k d}{\eta P},\
+    .. math:: t_\mathrm{fwd} = \max\left(\frac{2 b s_q s_k d}{a \eta P},\
               \frac{2 b (s_q + s_k) d}{\eta_\mathrm{HBM} B_\mathrm{HBM}}\right) + t_\mathrm{kernel}
     """
     if s_q <= 0 or s_k <= 0 or d <= 0 or batch <= 0:
         return 0.0, 0.0
-    eff = gemm_efficiency(s_q, s_k, batch, sms, calib[C_GEMM_PEAK_EFF], calib[C_TILE_M], calib[C_TILE_N])
+    eff = calib[C_ATTN_EFF] * gemm_efficiency(s_q, s_k, batch, sms, calib[C_GEMM_PEAK_EFF], calib[C_TILE_M],
+                                              calib[C_TILE_N])
     t_compute = 2.0 * batch * s_q * s_k * d / (eff * peak_flops)
     t_memory = 2.0 * batch * (s_q + s_k) * d / (calib[C_HBM_EFF] * hbm_bw)
     fwd = max(t_compute, t_memory)

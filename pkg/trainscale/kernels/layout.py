@@ -58,7 +58,9 @@ C_LAYER_HOST_S = 10  # fitted per stack: host time to issue one layer's forward 
 C_GRAD_BYTES = 11  # per stack: bytes of each gradient element held (4: fp32 main grads; 2: 16-bit)
 C_ELEM_TRAFFIC = 12  # per stack: element-wise HBM traffic and kernels relative to fused kernels (1: fused)
 C_SELECTIVE_SHARE = 13  # per stack: share of the forward (weight GEMMs, element-wise) its selective checkpointing recomputes
-C_SIZE = 14
+C_GRAD_ALLREDUCE = 14  # per plan: 1 where ZeRO-1/2 gradients are all-reduced, not reduce-scattered (DeepSpeed's BF16_Optimizer)
+C_ATTN_EFF = 15  # per stack and generation: fused attention kernel's efficiency relative to the generation's GEMMs (1: native kernel)
+C_SIZE = 16
 
 # recomputation modes
 RC_NONE = 0

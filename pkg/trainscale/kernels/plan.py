@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ELEM_TRAFFIC, C_FETCH_S, C_SELECTIVE_SHARE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ELEM_TRAFFIC, C_FETCH_S, C_SELECTIVE_SHARE, C_GRAD_ALLREDUCE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -509,8 +509,11 @@ def dp_sync_time(system, calib, params, grad_bytes, group_ranks, stride, n_shard
     ZeRO 0: an all-reduce of the gradients (``grad_bytes`` each). ZeRO 1-2: a reduce-scatter of the
     gradients and, after the optimizer step, an all-gather of the updated 16-bit weights, in the
     shard group of ``n_shard`` ranks (ZeRO 3 gathers and reduces per layer instead, see
-    :func:`zero3_layer_time`). With hybrid sharding (``dp_replicas`` > 1) the shards are also
-    all-reduced across the replicas (counted with the reduction)."""
+    :func:`zero3_layer_time`). An optimizer that shards its states but reduces every gradient
+    everywhere (``calib[C_GRAD_ALLREDUCE]`` = 1: DeepSpeed's BF16_Optimizer, whose engine passes
+    ``get_grads_for_reduction()`` to ``buffered_allreduce_fallback``) all-reduces instead of
+    reduce-scattering, twice the bytes on the wire. With hybrid sharding (``dp_replicas`` > 1) the
+    shards are also all-reduced across the replicas (counted with the reduction)."""
     domain = int(system[S_SCALE_UP_DOMAIN])
     eff = calib[C_NET_EFF]
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
@@ -523,7 +526,12 @@ def dp_sync_time(system, calib, params, grad_bytes, group_ranks, stride, n_shard
     gather = 0.0
     if zero <= 2:
         bw_d, lat_d = out_link(system, shard_ranks, stride)
-        reduce = allgather_time(grad_bytes * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
+        if calib[C_GRAD_ALLREDUCE] > 0.0:
+            reduce = allreduce_time(grad_bytes * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d,
+                                    eff)
+        else:
+            reduce = allgather_time(grad_bytes * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d,
+                                    eff)
         gather = allgather_time(BYTES * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d, eff)
     if dp_replicas > 1:
         rstride = stride * shard_ranks

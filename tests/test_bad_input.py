@@ -326,12 +326,14 @@ def test_papermill_parameter_of_the_wrong_type_fails_naming_it(tmp_path):
     source = tmp_path / "p.ipynb"
     nbformat.write(nb, source)
     papermill.execute_notebook(str(source), str(tmp_path / "ok.ipynb"), kernel_name="python3",
-                               parameters={"include_vtrain_single": "yes", "gpus": "8"}, progress_bar=False)
+                               parameters={"include_vtrain_single": "yes", "gpus": "8"}, progress_bar=False,
+                               execution_timeout=600)  # a lost kernel message fails, not hangs
     out = nbformat.read(tmp_path / "ok.ipynb", as_version=4)
     assert out.cells[-1].outputs[0]["text"] == "True 8\n"
     with pytest.raises(papermill.PapermillExecutionError) as err:
         papermill.execute_notebook(str(source), str(tmp_path / "bad.ipynb"), kernel_name="python3",
-                                   parameters={"include_vtrain_single": "badvalue"}, progress_bar=False)
+                                   parameters={"include_vtrain_single": "badvalue"}, progress_bar=False,
+                                   execution_timeout=600)  # a lost kernel message fails, not hangs
     assert err.value.ename == "ParameterError"
     assert err.value.evalue == "include_vtrain_single = 'badvalue' is invalid; expected true or false"
 

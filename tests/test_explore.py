@@ -245,7 +245,8 @@ def test_notebook_executes_headless(tmp_path):
     out = tmp_path / "explore.ipynb"
     # run from notebooks/, as JupyterLab does: figures/ is found upwards, no chdir
     papermill.execute_notebook(str(NOTEBOOK), str(out), kernel_name="python3", cwd=str(NOTEBOOK.parent),
-                               parameters={"gpus": 8, "global_batch": 32, "top_plans": 3}, progress_bar=False)
+                               parameters={"gpus": 8, "global_batch": 32, "top_plans": 3}, progress_bar=False,
+                               execution_timeout=600)  # a lost kernel message fails, not hangs
     nb = json.loads(out.read_text(encoding="utf-8"))
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

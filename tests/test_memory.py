@@ -11,6 +11,8 @@
 """
 
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -97,27 +99,26 @@ def _all_published():
     return runs
 
 
-def _stack_specific_checkpointing(m):
-    """fms-fsdp rows with its "selective" checkpointing: a fraction of the blocks is checkpointed
-    (``selective_checkpointing``), and the fraction its README benchmarks used is not published. The
-    plan takes torchtitan's documented half (calibration.yaml, ``selective_recompute_share``), an
-    estimate for fms-fsdp: at 70B with micro-batch 2 it would not fit in 80 GB (111-114 GiB predicted
-    on A100 and H100), so those runs must have checkpointed more of their blocks. torchtitan's
-    selective rows are modelled and tested."""
-    return m.run.plan.stack == "fsdp" and m.run.plan.recompute == "selective" and m.run.id.startswith("fmsfsdp")
-
-
 def test_every_published_run_is_predicted_to_fit():
-    runs = [m for m in _all_published() if not _stack_specific_checkpointing(m)]
+    """Every published run, of every stack, fits in its GPUs' memory, with nothing left out. The
+    fms-fsdp rows with its "selective" checkpointing (a fraction of the blocks) carry the fraction
+    their source implies (``recompute_share``, 3 x (HFU / MFU - 1) from its table): with
+    torchtitan's half in its place, the 70B runs would need 111-114 GiB."""
+    runs = _all_published()
     assert len(runs) > 1500
     too_big = [(m.run.id, round(perfmodel.predict(m.run).memory_gib_per_gpu, 1)) for m in runs
                if not perfmodel.predict(m.run).fits]
     assert not too_big, too_big
 
 
-def test_the_runs_left_out_of_the_fit_invariant_are_few_and_named():
-    left = sorted(m.run.id for m in _all_published() if _stack_specific_checkpointing(m))
-    assert 0 < len(left) <= 8, left  # fms-fsdp: eager 13B on A100 and H100, compiled 13B/34B/70B on both
+def test_fms_fsdp_selective_rows_carry_the_share_their_table_implies():
+    shares = {m.run.id: m.run.plan.recompute_share for m in validation.public_runs()
+              if m.run.id.startswith("fmsfsdp") and m.run.plan.recompute == "selective"}
+    assert len(shares) == 8 and all(v is not None and 0.0 <= v <= 1.0 for v in shares.values()), shares
+    assert shares["fmsfsdp-a100-llama2-13b"] == pytest.approx(3 * (0.59 / 0.51 - 1), abs=0.005)
+    run = next(m.run for m in validation.public_runs() if m.run.id == "fmsfsdp-compile-h100-llama2-70b")
+    half = dataclasses.replace(run.plan, recompute_share=0.5)
+    assert not perfmodel.predict(RunSpec(id="half", model=run.model, system=run.system, plan=half)).fits
 
 
 def test_memory_side_by_side_dataset_is_what_the_test_checks():

@@ -263,3 +263,31 @@ def test_hsdp_rows_shard_within_the_node():
     hybrid = perfmodel.predict(run)
     ratio = hybrid.memory_breakdown_gib["optimizer"] / full.memory_breakdown_gib["optimizer"]
     assert ratio == pytest.approx(run.plan.dp / 8, rel=1e-9)
+
+
+def test_recompute_share_is_a_plan_field_over_the_stack_default():
+    """A plan's ``recompute_share`` replaces the stack's selective share (fms-fsdp's runs checkpoint
+    a known fraction of their blocks); it needs ``recompute: selective`` and a share in [0, 1], and
+    a bad one is refused in one line naming the field."""
+    run = {"id": "r", "model": "llama2-13b", "system": "dgx-h100", "gpus": 96,
+           "plan": {"tp": 1, "pp": 1, "global_batch": 192, "micro_batch": 2, "recompute": "selective", "zero": 3,
+                    "flash_attention": True, "stack": "fsdp"}}
+    spec = RunSpec.from_dict(run)
+    assert spec.plan.recompute_share is None
+    assert perfmodel.plan_calibration_vector(spec.system, spec.plan)[K.C_SELECTIVE_SHARE] == 0.5
+    times = []
+    for share in (0.0, 0.5, 1.0):
+        plan = {**run["plan"], "recompute_share": share}
+        spec = RunSpec.from_dict({**run, "plan": plan})
+        assert perfmodel.plan_calibration_vector(spec.system, spec.plan)[K.C_SELECTIVE_SHARE] == share
+        times.append(perfmodel.predict({**run, "plan": plan}).breakdown["recompute"])
+    assert times[0] < times[1] < times[2]
+    assert times[2] - times[1] == pytest.approx(times[1] - times[0], rel=1e-9)  # linear in the share
+    default = perfmodel.predict(run).breakdown["recompute"]
+    assert default == pytest.approx(times[1], rel=1e-12)
+    for bad_plan, value in (({"recompute_share": 1.5}, 1.5), ({"recompute_share": 0.3, "recompute": "full"}, 0.3),
+                            ({"recompute_share": "half"}, "half")):
+        with pytest.raises(SpecError) as err:
+            perfmodel.predict({**run, "plan": {**run["plan"], **bad_plan}})
+        assert err.value.field.endswith("recompute_share") and str(value) in str(err.value)
+        assert "\n" not in str(err.value)

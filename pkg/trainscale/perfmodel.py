@@ -127,12 +127,13 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
 
 def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None,
                        stack: str = DEFAULT_STACK, compiled: bool = False,
-                       grad_reduce_fp32: bool = False) -> np.ndarray:
+                       grad_reduce_fp32: bool = False, recompute_share: float | None = None) -> np.ndarray:
     """The calibration vector (layout ``C_*``) of a generation and stack; ``compiled`` (a plan's
     ``compiled``: torch.compile fuses the element-wise chains) sets the stack's element-wise traffic
     factor to 1, that of hand-fused kernels; ``grad_reduce_fp32`` (a plan's) makes the gradients
     4 bytes each, and where the stack reduces fp32 gradients with an all-reduce
-    (``fp32_grads_allreduced``: DeepSpeed's BF16_Optimizer) it does so under ZeRO 1-2 too."""
+    (``fp32_grads_allreduced``: DeepSpeed's BF16_Optimizer) it does so under ZeRO 1-2 too;
+    ``recompute_share`` (a plan's) replaces the stack's selective-recompute share."""
     cal = catalog.calibration()
     params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
@@ -145,7 +146,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_LAYER_HOST_S] = params["layer_host_s"]
     vec[K.C_GRAD_BYTES] = 4.0 if grad_reduce_fp32 else cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
     vec[K.C_ELEM_TRAFFIC] = 1.0 if compiled else params["elementwise_traffic"]
-    vec[K.C_SELECTIVE_SHARE] = cal["stacks"][stack]["fixed"]["selective_recompute_share"]["value"]
+    vec[K.C_SELECTIVE_SHARE] = (cal["stacks"][stack]["fixed"]["selective_recompute_share"]["value"]
+                                if recompute_share is None else recompute_share)
     stack_fixed = cal["stacks"][stack]["fixed"]
     vec[K.C_GRAD_ALLREDUCE] = 1.0 if grad_reduce_fp32 and stack_fixed["fp32_grads_allreduced"]["value"] else 0.0
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
@@ -159,6 +161,14 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_POWER_COMPUTE] = common["power_compute_share"]["value"]
     vec[K.C_POWER_MEMORY] = common["power_memory_share"]["value"]
     return vec
+
+
+def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
+                            calibration: Mapping[str, float] | None = None) -> np.ndarray:
+    """The calibration vector a plan runs with: its system's generation, its stack and the plan's
+    own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``)."""
+    return calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
+                              plan.recompute_share)
 
 
 def plan_fields(plan: PlanSpec) -> tuple:
@@ -320,8 +330,7 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     ``pipeline_simulation=False`` keeps the grid kernel's closed form."""
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
-    calib = calibration_vector(run.system.generation, calibration, run.plan.stack, run.plan.compiled,
-                               run.plan.grad_reduce_fp32)
+    calib = plan_calibration_vector(run.system, run.plan, calibration)
     out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
         simulate_pipeline(out, run.model, run.plan, calib, run.system)
@@ -373,7 +382,7 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
     run backward as one pass (``bwd + wgrad``)."""
     model, system = resolve_model(model), resolve_system(system)
     plan.check_against(model)
-    calib = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32)
+    calib = plan_calibration_vector(system, plan, calibration)
     out = plan_vector(model, system, plan, calib)
     (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)

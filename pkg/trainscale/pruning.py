@@ -78,13 +78,18 @@ def worst_case_mix(excess, p, rho: float = 0.1, tol: float = 1e-12) -> np.ndarra
     lo = min(-abs(hi) / (math.sqrt(2.0 * rho + 1.0) - 1.0), float(e.min())) - 1.0
     while chi_square(_q_of(lo, e, p), p) > rho:  # widen until the bracket holds the root
         lo -= 2.0 * (hi - lo)
+    # until the divergence meets rho to ``tol`` (relative), or eta to the resolution of a double: the
+    # divergence can swing over an eta interval as small as the gap between the two largest excesses
     for _ in range(400):
         mid = 0.5 * (lo + hi)
-        if chi_square(_q_of(mid, e, p), p) > rho:
+        divergence = chi_square(_q_of(mid, e, p), p)
+        if divergence > rho:
             hi = mid
         else:
             lo = mid
-        if hi - lo < tol * max(1.0, abs(hi)):
+            if rho - divergence <= tol * rho:
+                break
+        if hi - lo <= 4.0 * np.finfo(float).eps * max(abs(hi), abs(lo)):
             break
     return _q_of(lo, e, p)
 

@@ -421,6 +421,10 @@ class PlanSpec:
     default). On the ``deepspeed`` stack that optimizer all-reduces the fp32 gradients even though it
     shards its states (ZeRO 1), twice the wire bytes of a reduce-scatter (``fp32_grads_allreduced`` in
     ``data/calibration.yaml``).
+    ``recompute_share`` is the share of the forward (beyond the attention core) that a selective
+    recompute recomputes, for a run whose checkpointing fraction is known (fms-fsdp checkpoints a
+    fraction of its blocks, ``selective_checkpointing``); by default the stack's documented share
+    (``selective_recompute_share`` in ``data/calibration.yaml``).
     """
 
     tp: int = 1
@@ -442,6 +446,7 @@ class PlanSpec:
     stack: str = DEFAULT_STACK
     compiled: bool = False
     grad_reduce_fp32: bool = False
+    recompute_share: float | None = None  # None: the stack's documented selective share
 
     @property
     def gpus(self) -> int:
@@ -487,7 +492,11 @@ class PlanSpec:
             stack=_choice(d, "stack", where, DEFAULT_STACK, STACKS),
             compiled=_bool(d, "compiled", where, False),
             grad_reduce_fp32=_bool(d, "grad_reduce_fp32", where, False),
+            recompute_share=_float(d, "recompute_share", where, None, allow_none=True),
         )
+        if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
+            raise SpecError("plan.recompute_share", plan.recompute_share,
+                            "expected a share in [0, 1] of a selective recompute (recompute: selective)", where)
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)
         if plan.tp_comm_overlap and not plan.sequence_parallel:

@@ -126,6 +126,8 @@ def _public_plan(row: Mapping) -> dict:
         plan["compiled"] = row["compiled"] == "true"
     if row.get("grad_reduce_fp32"):
         plan["grad_reduce_fp32"] = row["grad_reduce_fp32"] == "true"
+    if row.get("recompute_share"):
+        plan["recompute_share"] = float(row["recompute_share"])
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

@@ -154,11 +154,11 @@ def _pairs():
 
 def test_compile_speedup_of_measured_pairs():
     """torch.compile's measured speed-up on the six pairs (16-28%) follows from the eager stack's
-    fitted element-wise traffic, the compiled runs never being fitted: 1.09-1.17 predicted against
+    fitted element-wise traffic, the compiled runs never being fitted: 1.10-1.19 predicted against
     1.0 without the knob. torchtitan's two pairs are within 1 point; fms-fsdp's four (A100 and H100,
-    7B and 13B) are 11-15 points low: its compiled table (May 2024) is a later commit than its eager
-    one (March), and what else changed between them is not stated. Asserted: each within 16 points
-    (the largest miss, fms-fsdp's H100 13B: 1.28 measured, 1.12 predicted) and the mean within 10."""
+    7B and 13B) are 8-14 points low: its compiled table (May 2024) is a later commit than its eager
+    one (March), and what else changed between them is not stated. Asserted: each within 15 points
+    and the mean within 10."""
     pairs = _pairs()
     assert len(pairs) >= 6, [(a.run.id, b.run.id) for a, b in pairs]
     misses = []
@@ -167,7 +167,7 @@ def test_compile_speedup_of_measured_pairs():
         predicted = (validation.metric_value(perfmodel.predict(comp.run), comp.metric, comp.run.gpus)
                      / validation.metric_value(perfmodel.predict(eager.run), eager.metric, eager.run.gpus))
         assert predicted > 1.05, (eager.run.id, predicted)
-        assert abs(predicted - measured) <= 0.16, (eager.run.id, comp.run.id, measured, predicted)
+        assert abs(predicted - measured) <= 0.15, (eager.run.id, comp.run.id, measured, predicted)
         misses.append(abs(predicted - measured))
     assert np.mean(misses) <= 0.10, misses
 

@@ -291,3 +291,34 @@ def test_recompute_share_is_a_plan_field_over_the_stack_default():
             perfmodel.predict({**run, "plan": {**run["plan"], **bad_plan}})
         assert err.value.field.endswith("recompute_share") and str(value) in str(err.value)
         assert "\n" not in str(err.value)
+
+
+def test_search_takes_the_plan_knobs_it_cannot_search():
+    """``search`` fixes ``grad_reduce_fp32`` and ``recompute_share`` for every plan it evaluates (the
+    share on the selective ones), and the plans it returns carry them: each re-priced step time is
+    what ``predict`` gives for that plan."""
+    space = {"tp": [1], "pp": [1], "micro_batch": [2], "recompute": ["selective", "full"], "zero": [3],
+             "flash_attention": [1], "overlap_grad_reduce": [1]}
+    steps = {}
+    for share in (0.2, 0.9):
+        grid, ranked = perfmodel.search("llama2-13b", "dgx-h100", 96, 192, top=2, space=space, stack="fsdp",
+                                        recompute_share=share)
+        assert grid.attrs["recompute_share"] == share
+        for entry in ranked:
+            plan = entry["plan"]
+            assert plan.get("recompute_share") == (share if plan["recompute"] == "selective" else None)
+            run = {"id": "s", "model": "llama2-13b", "system": "dgx-h100", "gpus": 96,
+                   "plan": dict(perfmodel.plan_from_grid_entry(plan, 192).__dict__)}
+            assert perfmodel.predict(run).step_time_s == pytest.approx(entry["step_time_s"], rel=1e-12)
+            steps[(share, plan["recompute"])] = entry["step_time_s"]
+    assert steps[(0.2, "selective")] < steps[(0.9, "selective")]
+    assert steps[(0.2, "full")] == steps[(0.9, "full")]
+    with pytest.raises(SpecError) as err:
+        perfmodel.evaluate_grid("llama2-13b", "dgx-h100", 96, 192, recompute_share=1.5, **space)
+    assert err.value.field == "recompute_share" and "1.5" in str(err.value)
+    grid32 = perfmodel.evaluate_grid("llama2-7b", "dgx-a100-80gb", 64, 128, stack="deepspeed", grad_reduce_fp32=True,
+                                     zero=[1], micro_batch=[2])
+    grid16 = perfmodel.evaluate_grid("llama2-7b", "dgx-a100-80gb", 64, 128, stack="deepspeed", zero=[1],
+                                     micro_batch=[2])
+    assert grid32.attrs["grad_reduce_fp32"] == 1
+    assert float(grid32["step_time_s"].max()) > float(grid16["step_time_s"].max())

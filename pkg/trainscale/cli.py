@@ -273,7 +273,8 @@ def cmd_search(args) -> int:
     knobs = [k for part in (args.search or []) for k in part.split(",") if k]
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
     grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
-                                    stack=args.stack, progress=_progress, compiled=args.compiled)
+                                    stack=args.stack, progress=_progress, compiled=args.compiled,
+                                    grad_reduce_fp32=args.grad_reduce_fp32, recompute_share=args.recompute_share)
     evaluated = int(grid["step_time_s"].size)
     feasible = int(grid["fits"].values.sum())
     best = []
@@ -285,7 +286,8 @@ def cmd_search(args) -> int:
         best.append({"plan": entry["plan"], **result})
     if args.json:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
-                    "compiled": args.compiled,
+                    "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
+                    "recompute_share": args.recompute_share,
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1),
                     "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best,
@@ -585,6 +587,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1], got {text!r}")
+    return value
+
+
 def _bounded_int(maximum: int):
     def parse(text: str) -> int:
         value = _positive_int(text)
@@ -623,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="software stack that runs the plans (default megatron)")
     p.add_argument("--compiled", action="store_true",
                    help="the model runs under torch.compile (fuses an eager stack's element-wise kernels)")
+    p.add_argument("--grad-reduce-fp32", action="store_true",
+                   help="gradients held and reduced in fp32 (DeepSpeed's BF16_Optimizer: all-reduced on --stack deepspeed)")
+    p.add_argument("--recompute-share", type=_share, metavar="SHARE",
+                   help="share of the forward a selective recompute recomputes (default: the stack's)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

@@ -435,14 +435,16 @@ def _axis(values, name: str) -> np.ndarray:
 
 
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
-                  stack: str = DEFAULT_STACK, compiled: bool = False, **axes: Iterable) -> xr.Dataset:
+                  stack: str = DEFAULT_STACK, compiled: bool = False, grad_reduce_fp32: bool = False,
+                  recompute_share: float | None = None, **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
     Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
     non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
-    invalid ones have NaN times. ``stack`` and ``compiled`` (one per grid) are the software stack of
-    every plan and whether it runs compiled (:class:`~trainscale.specs.PlanSpec`).
+    invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32`` and ``recompute_share``
+    (one per grid; the share acts on the selective plans) are those fields of every plan
+    (:class:`~trainscale.specs.PlanSpec`).
     """
     model = resolve_model(model)
     system = resolve_system(system)
@@ -455,12 +457,16 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
     arrays = [_axis(values[name], name) for name in names]
     ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
-    calib = calibration_vector(system.generation, calibration, stack, compiled)
+    if recompute_share is not None and not (isinstance(recompute_share, (int, float)) and 0.0 <= recompute_share <= 1.0):
+        raise SpecError("recompute_share", recompute_share, "expected a share in [0, 1] of a selective recompute")
+    calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep)
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
     ds.attrs["stack"] = stack
     ds.attrs["compiled"] = int(compiled)
+    ds.attrs["grad_reduce_fp32"] = int(grad_reduce_fp32)
+    ds.attrs["recompute_share"] = "stack default" if recompute_share is None else float(recompute_share)
     return ds
 
 
@@ -536,7 +542,8 @@ RERANK_CANDIDATES = 32
 
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
-           stack: str = DEFAULT_STACK, progress=None, compiled: bool = False) -> tuple[xr.Dataset, list[dict]]:
+           stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
+           recompute_share: float | None = None) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
@@ -544,16 +551,22 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their predicted
     step time (simulated), the closed form's, throughput, MFU and memory. ``progress`` (optional)
     wraps the re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal.
+    ``stack``, ``compiled``, ``grad_reduce_fp32`` and ``recompute_share`` are fixed plan fields of
+    every plan searched (the share only on the selective ones).
     """
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
     grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack,
-                         compiled=compiled, **space)
+                         compiled=compiled, grad_reduce_fp32=grad_reduce_fp32, recompute_share=recompute_share,
+                         **space)
     candidates = rank(grid, max(top, rerank))
     for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
         entry["plan"]["stack"] = stack
         entry["plan"]["compiled"] = bool(compiled)
+        entry["plan"]["grad_reduce_fp32"] = bool(grad_reduce_fp32)
+        if recompute_share is not None and entry["plan"]["recompute"] == "selective":
+            entry["plan"]["recompute_share"] = float(recompute_share)
         run = RunSpec(id="search", model=model, system=system,
                       plan=plan_from_grid_entry(entry["plan"], global_batch))
         p = predict(run, calibration)
@@ -629,10 +642,12 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     flash_attention=bool(p["flash_attention"]),
                     zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)),
                     tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]),
-                    stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)))
+                    stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)),
+                    grad_reduce_fp32=bool(p.get("grad_reduce_fp32", False)),
+                    recompute_share=p.get("recompute_share"))
 
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
-           "model_vector", "system_vector", "calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
+           "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
            "collective_time_s", "pipeline_stage_times", "COLLECTIVES"]

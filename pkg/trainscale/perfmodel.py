@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 
 from . import catalog
+from .checks import check_float
 from .kernels import layout as K
 from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.collectives import allgather_time as _allgather_time
@@ -144,11 +145,11 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_NET_EFF] = params["network_efficiency"]
     vec[K.C_FETCH_S] = params["zero3_fetch_s"]
     vec[K.C_LAYER_HOST_S] = params["layer_host_s"]
-    vec[K.C_GRAD_BYTES] = 4.0 if grad_reduce_fp32 else cal["stacks"][stack]["fixed"]["grad_bytes"]["value"]
-    vec[K.C_ELEM_TRAFFIC] = 1.0 if compiled else params["elementwise_traffic"]
-    vec[K.C_SELECTIVE_SHARE] = (cal["stacks"][stack]["fixed"]["selective_recompute_share"]["value"]
-                                if recompute_share is None else recompute_share)
     stack_fixed = cal["stacks"][stack]["fixed"]
+    vec[K.C_GRAD_BYTES] = 4.0 if grad_reduce_fp32 else stack_fixed["grad_bytes"]["value"]
+    vec[K.C_ELEM_TRAFFIC] = 1.0 if compiled else params["elementwise_traffic"]
+    vec[K.C_SELECTIVE_SHARE] = (stack_fixed["selective_recompute_share"]["value"] if recompute_share is None
+                                else recompute_share)
     vec[K.C_GRAD_ALLREDUCE] = 1.0 if grad_reduce_fp32 and stack_fixed["fp32_grads_allreduced"]["value"] else 0.0
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
     fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
@@ -457,8 +458,8 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
     arrays = [_axis(values[name], name) for name in names]
     ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
-    if recompute_share is not None and not (isinstance(recompute_share, (int, float)) and 0.0 <= recompute_share <= 1.0):
-        raise SpecError("recompute_share", recompute_share, "expected a share in [0, 1] of a selective recompute")
+    if recompute_share is not None:
+        recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep)

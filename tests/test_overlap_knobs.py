@@ -2,10 +2,14 @@
 data-parallel reduction behind the backward pass, context-parallel ring behind attention. Each
 reports its exposed time in ``breakdown`` and its total in ``comm_total_s``."""
 
-import pytest
+import copy
 
-from trainscale import perfmodel
-from trainscale.kernels.plan import tp_overlapped_time
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainscale import catalog, perfmodel
+from trainscale.kernels.plan import overlapped_exposed, tp_overlapped_time
 from trainscale.specs import SpecError
 
 
@@ -29,9 +33,55 @@ def test_tp_overlap_hides_part_of_the_tensor_parallel_traffic():
 
 
 def test_tp_overlap_closed_form():
-    # a collective longer than its GEMM exposes the difference, a shorter one a chunk of itself
-    assert tp_overlapped_time(4.0, 4, 1.0, 1.0, 10.0, 10.0) == pytest.approx(3.0 + 3.0 + 1.0 + 1.0)
-    assert tp_overlapped_time(4.0, 2, 0.0, 0.0, 0.0, 0.0) == pytest.approx(16.0)
+    # without slowdown: a collective longer than its GEMM exposes the difference, a shorter one a chunk
+    assert tp_overlapped_time(4.0, 4, 1.0, 1.0, 10.0, 10.0, 0.0) == pytest.approx(3.0 + 3.0 + 1.0 + 1.0)
+    assert tp_overlapped_time(4.0, 2, 0.0, 0.0, 0.0, 0.0, 0.0) == pytest.approx(16.0)
+    # with slowdown s: the three overlapped chunks (3.0) beside a long GEMM cost 3 s / (1 + s) more
+    assert tp_overlapped_time(4.0, 4, 10.0, 10.0, 10.0, 10.0, 0.25) == pytest.approx(4 * (1.0 + 3.0 * 0.2))
+
+
+def test_overlapped_exposed_closed_form():
+    # Lee et al. 2025's setting: work runs 1 + s slower while the collective runs
+    assert overlapped_exposed(2.0, 10.0, 0.25) == pytest.approx(2.0 * 0.25 / 1.25)  # long work: c s / (1 + s)
+    assert overlapped_exposed(2.0, 0.5, 0.25) == pytest.approx(1.5)  # short work: c - w
+    assert overlapped_exposed(0.0, 1.0, 0.25) == 0.0
+    assert overlapped_exposed(2.0, 10.0, 0.0) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(c=st.floats(0.0, 100.0), w=st.floats(0.0, 100.0), s=st.floats(0.0, 1.0))
+def test_overlapped_exposed_lies_between_ideal_overlap_and_none(c, w, s):
+    """The pair takes at least the longer of the two and at most their sum; the exposed time grows
+    with the slowdown."""
+    e = overlapped_exposed(c, w, s)
+    assert max(0.0, c - w) - 1e-12 <= e <= c + 1e-12
+    assert overlapped_exposed(c, w, min(1.0, s + 0.1)) >= e - 1e-12
+
+
+def test_overlap_slowdown_is_the_sourced_common_value_and_costs_time(monkeypatch):
+    cal = catalog.calibration()
+    assert cal["common"]["overlap_compute_slowdown"]["value"] == pytest.approx(0.189)  # Lee et al. 2025
+    slowed = perfmodel.predict(_run(tp_comm_overlap=True, overlap_grad_reduce=True))
+    ideal = copy.deepcopy(cal)
+    ideal["common"]["overlap_compute_slowdown"]["value"] = 0.0
+    monkeypatch.setattr(catalog, "calibration", lambda: ideal)
+    free = perfmodel.predict(_run(tp_comm_overlap=True, overlap_grad_reduce=True))
+    assert slowed.step_time_s > free.step_time_s
+    assert slowed.breakdown["tp_comm"] > free.breakdown["tp_comm"]
+    assert slowed.comm_total_s["tp_comm"] == pytest.approx(free.comm_total_s["tp_comm"], rel=1e-12)
+
+
+def test_fsdp_reduce_scatter_in_fp32_moves_twice_the_bytes():
+    """torchtitan reduces in fp32: the ZeRO-3 / FSDP gradient reduce-scatter carries 4 bytes per
+    gradient, the parameter gathers still 2."""
+    def run(fp32):
+        r = _run(tp=1, pp=1, dp=64, zero=3, global_batch=64, recompute="full")
+        r["plan"].update(stack="fsdp", grad_reduce_fp32=fp32)
+        return perfmodel.predict(r)
+
+    bf16, fp32 = run(False), run(True)
+    # per layer: 3 gathers (forward, recomputed forward, backward) and one reduce-scatter of equal size
+    assert fp32.comm_total_s["dp_comm"] == pytest.approx(bf16.comm_total_s["dp_comm"] * 5 / 4, rel=0.02)
 
 
 def test_tp_overlap_needs_sequence_parallel():

@@ -161,6 +161,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_RESERVED_BYTES] = common["reserved_GiB"]["value"] * GiB
     vec[K.C_POWER_COMPUTE] = common["power_compute_share"]["value"]
     vec[K.C_POWER_MEMORY] = common["power_memory_share"]["value"]
+    vec[K.C_OVERLAP_SLOWDOWN] = common["overlap_compute_slowdown"]["value"]
     return vec
 
 

@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ELEM_TRAFFIC, C_FETCH_S, C_SELECTIVE_SHARE, C_GRAD_ALLREDUCE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_GRAD_ALLREDUCE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -107,16 +107,35 @@ def out_link(system, n, stride):
 
 
 @njit(cache=True)
-def tp_overlapped_time(collective_s, tp, gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s):
+def overlapped_exposed(comm_s, work_s, slowdown):
+    """Exposed time of a collective of ``comm_s`` run beside ``work_s`` of computation.
+
+    While the collective runs, the computation beside it is slowed by ``1 + slowdown``: NCCL's
+    kernels occupy SMs and HBM bandwidth (Lee et al. 2025, arXiv 2507.03114: 18.9% on average
+    on A100, H100 and MI250). Of the computation, ``comm_s / (1 + slowdown)`` gets done while the
+    collective runs, so the pair takes ``max(comm_s, work_s + comm_s * slowdown / (1 + slowdown))``
+    and the time beyond the computation alone is
+
+    .. math:: \\max\\left(c - w,\\; c\\,\\frac{\\sigma}{1 + \\sigma}\\right).
+
+    With ``slowdown`` 0 this is the ideal overlap, ``max(0, c - w)``."""
+    if comm_s <= 0.0:
+        return 0.0
+    return max(comm_s - work_s, comm_s * slowdown / (1.0 + slowdown))
+
+
+@njit(cache=True)
+def tp_overlapped_time(collective_s, tp, gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s, slowdown):
     """Exposed time of a pass's four sequence-parallel collectives (each ``collective_s``), each
     overlapped with its neighbouring GEMM as Megatron-Core's TP communication overlap does: the
     collective is split into ``tp`` chunks pipelined with the GEMM's chunks, so one chunk is always
-    exposed and the rest hides behind the GEMM, ``max(c / tp, c - t_GEMM)`` each. The GEMMs are
-    assumed not to slow down (the overlap runs on copy engines and a few SMs)."""
+    exposed and the rest runs beside the GEMM (:func:`overlapped_exposed`, which slows the GEMM by
+    ``slowdown`` while it does)."""
     c = collective_s
+    first = c / tp
     exposed = 0.0
     for g in (gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s):
-        exposed += max(c / tp, c - g)
+        exposed += first + overlapped_exposed(c - first, g, slowdown)
     return exposed
 
 
@@ -217,8 +236,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     tp_bwd = tp_pass
     if tp_overlap and sp and itp > 1:  # all-gathers before QKV / FC1, reduce-scatters after proj / FC2
         half = 0.5 * one
-        tp_fwd = tp_overlapped_time(half, itp, f_qkv, f_o, f_up, f_dn)
-        tp_bwd = tp_overlapped_time(half, itp, b_qkv, b_o, b_up, b_dn)
+        tp_fwd = tp_overlapped_time(half, itp, f_qkv, f_o, f_up, f_dn, calib[C_OVERLAP_SLOWDOWN])
+        tp_bwd = tp_overlapped_time(half, itp, b_qkv, b_o, b_up, b_dn, calib[C_OVERLAP_SLOWDOWN])
 
     # expert parallelism: dispatch and combine all-to-alls over the ep ranks (tp*cp apart)
     ep_fwd = 0.0
@@ -254,8 +273,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         bw_c, lat_c = out_link(system, cp, itp)
         fwd_ring = allgather_time(kv_bytes * cp, cp, itp, domain, bw_up, lat_up, bw_c, lat_c, eff)
         core = f_sc + f_av
-        cp_fwd = max(0.0, fwd_ring - core)
-        cp_exposed = cp_fwd + max(0.0, 2.0 * fwd_ring - (b_sc + b_av))
+        cp_fwd = overlapped_exposed(fwd_ring, core, calib[C_OVERLAP_SLOWDOWN])
+        cp_exposed = cp_fwd + overlapped_exposed(2.0 * fwd_ring, b_sc + b_av, calib[C_OVERLAP_SLOWDOWN])
         cp_total = 3.0 * fwd_ring
 
     # activation memory (Korthikanti et al. 2022), per token in units of h bytes
@@ -447,7 +466,8 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     of an end stage.
 
     A layer's parameters are all-gathered before every use (forward, backward, and the recomputed
-    forward) and its gradients reduce-scattered, per micro-batch. PyTorch FSDP gathers a layer as
+    forward) and its gradients reduce-scattered (in ``calib[C_GRAD_BYTES]`` bytes each: torchtitan
+    reduces in fp32), per micro-batch. PyTorch FSDP gathers a layer as
     one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetches each parameter tensor separately,
     each fetch paying ring latency and a host-side cost ``C_FETCH_S``. A per-tensor fetch is a
     small collective over the whole data-parallel group (a few hundred kB per rank), for which
@@ -474,14 +494,14 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
         bw_fetch = bw_z / n_in
     gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up, bw_fetch, lat_z,
                                        eff) + fetch)
-    scatter = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+    grad_scale = calib[C_GRAD_BYTES] / BYTES  # gradients reduced in the stack's or plan's precision
+    scatter = allgather_time(grad_scale * layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
     if model[M_EXPERTS] > 1.0 and e_shard * cp > 1:  # local experts, over the expert-data-parallel ranks
         e_group = e_shard * cp
         e_bytes = BYTES * model[M_PARAMS_EXPERTS] / (t * ep)
         bw_e, lat_e = out_link(system, e_group, tp * ep)
-        experts = allgather_time(e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
-        gather += experts
-        scatter += experts
+        gather += allgather_time(e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
+        scatter += allgather_time(grad_scale * e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
     embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
     per_end = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
     return gather, scatter, per_end
@@ -653,8 +673,9 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     z3_fwd = z3_fwd_comm
     z3_bwd = z3_bwd_comm
     if overlap:
-        z3_fwd = max(0.0, z3_fwd_comm - (fwd_l + lc[L_CP_FWD]))
-        z3_bwd = max(0.0, z3_bwd_comm - (bwd_l + cp_l - lc[L_CP_FWD]))
+        slow = calib[C_OVERLAP_SLOWDOWN]
+        z3_fwd = overlapped_exposed(z3_fwd_comm, fwd_l + lc[L_CP_FWD], slow)
+        z3_bwd = overlapped_exposed(z3_bwd_comm, bwd_l + cp_l - lc[L_CP_FWD], slow)
     z3_l = z3_fwd + z3_bwd
     per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l
 
@@ -716,7 +737,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
                              + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_bwd)
         forward = l_crit * (lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + z3_fwd)
-        dp_exposed = max(0.0, dp_reduce - backward) + max(0.0, dp_gather - forward)
+        dp_exposed = (overlapped_exposed(dp_reduce, backward, calib[C_OVERLAP_SLOWDOWN])
+                      + overlapped_exposed(dp_gather, forward, calib[C_OVERLAP_SLOWDOWN]))
 
     # optimizer (memory-bound Adam over this GPU's shard)
     opt_div = n_shard * cp if zero >= 1 else 1

@@ -162,6 +162,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_POWER_COMPUTE] = common["power_compute_share"]["value"]
     vec[K.C_POWER_MEMORY] = common["power_memory_share"]["value"]
     vec[K.C_OVERLAP_SLOWDOWN] = common["overlap_compute_slowdown"]["value"]
+    vec[K.C_ATTN_BWD_EFF] = common["attention_backward_efficiency"]["value"]
     return vec
 
 

@@ -22,7 +22,7 @@ roofline maximum of compute and HBM traffic, plus a fixed per-kernel cost:
 
 from numba import njit
 
-from .layout import C_ATTN_EFF, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
+from .layout import C_ATTN_BWD_EFF, C_ATTN_EFF, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
 
 
 @njit(cache=True)
@@ -75,12 +75,15 @@ def fused_attention_fwd_bwd_time(s_q, s_k, d, batch, peak_flops, hbm_bw, sms, ca
     each product moves only its width-``d`` operands and output (``2 b (s_q + s_k) d`` bytes in
     16 bits), so at long sequences it is compute-bound instead of bound by writing an
     ``s_q x s_k`` matrix. The backward computes two products of the same size (``dQ, dK`` or
-    ``dP, dV``), twice the FLOPs and operand traffic. The kernel reaches ``a`` times the
+    ``dP, dV``), twice the FLOPs and operand traffic, at ``r`` times the forward's efficiency
+    (``calib[C_ATTN_BWD_EFF]``: the backward kernels are harder to keep busy; the FlashAttention
+    papers measure about 0.85 for every kernel on A100 and H100). The kernel reaches ``a`` times the
     generation's GEMM efficiency (``calib[C_ATTN_EFF]``: 1 for a kernel written for the
     generation, less for an older kernel, e.g. FlashAttention-2 on Hopper):
 
     .. math:: t_\mathrm{fwd} = \max\left(\frac{2 b s_q s_k d}{a \eta P},\
-              \frac{2 b (s_q + s_k) d}{\eta_\mathrm{HBM} B_\mathrm{HBM}}\right) + t_\mathrm{kernel}
+              \frac{2 b (s_q + s_k) d}{\eta_\mathrm{HBM} B_\mathrm{HBM}}\right) + t_\mathrm{kernel},
+          \qquad t_\mathrm{bwd} = 2 (t_\mathrm{fwd} - t_\mathrm{kernel}) / r + t_\mathrm{kernel}
     """
     if s_q <= 0 or s_k <= 0 or d <= 0 or batch <= 0:
         return 0.0, 0.0
@@ -89,4 +92,4 @@ def fused_attention_fwd_bwd_time(s_q, s_k, d, batch, peak_flops, hbm_bw, sms, ca
     t_compute = 2.0 * batch * s_q * s_k * d / (eff * peak_flops)
     t_memory = 2.0 * batch * (s_q + s_k) * d / (calib[C_HBM_EFF] * hbm_bw)
     fwd = max(t_compute, t_memory)
-    return fwd + calib[C_KERNEL_S], 2.0 * fwd + calib[C_KERNEL_S]
+    return fwd + calib[C_KERNEL_S], 2.0 * fwd / calib[C_ATTN_BWD_EFF] + calib[C_KERNEL_S]

@@ -61,7 +61,8 @@ C_SELECTIVE_SHARE = 13  # per stack: share of the forward (weight GEMMs, element
 C_GRAD_ALLREDUCE = 14  # per plan: 1 where ZeRO-1/2 gradients are all-reduced, not reduce-scattered (DeepSpeed's BF16_Optimizer)
 C_ATTN_EFF = 15  # per stack and generation: fused attention kernel's efficiency relative to the generation's GEMMs (1: native kernel)
 C_OVERLAP_SLOWDOWN = 16  # common: slowdown of computation while a collective runs beside it (0: none)
-C_SIZE = 17
+C_ATTN_BWD_EFF = 17  # common: fused attention backward's efficiency relative to its forward's
+C_SIZE = 18
 
 # recomputation modes
 RC_NONE = 0

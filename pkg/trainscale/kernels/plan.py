@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_GRAD_ALLREDUCE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ATTN_BWD_EFF, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_GRAD_ALLREDUCE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -194,8 +194,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         b_up += b_rt
     fwd_gemm = f_qkv + f_sc + f_av + f_o + f_up + f_dn
     bwd_gemm = b_qkv + b_sc + b_av + b_o + b_up + b_dn
-    if flash:  # flash attention's backward recomputes the scores on chip
-        bwd_gemm += f_sc
+    if flash:  # flash attention's backward recomputes the scores on chip, at the backward's efficiency
+        bwd_gemm += f_sc / calib[C_ATTN_BWD_EFF]
 
     # memory-bound kernels: LayerNorms, dropouts, residual adds (replicated across TP ranks
     # unless sequence parallel), the FFN activation, softmax + attention dropout on s x s scores

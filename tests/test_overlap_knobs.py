@@ -104,3 +104,15 @@ def test_data_parallel_overlap_exposes_at_most_the_total(zero):
     assert over.step_time_s <= plain.step_time_s * (1 + 1e-12)
     assert over.breakdown["dp_comm"] <= over.comm_total_s["dp_comm"] * (1 + 1e-12)
     assert plain.breakdown["dp_comm"] == pytest.approx(plain.comm_total_s["dp_comm"], rel=1e-9)
+
+
+def test_overlap_slowdown_is_overridable_per_call():
+    """A sweep, or trainscale.overlap (which prices each run's contention itself), can set it per call."""
+    run = _run(tp_comm_overlap=True, overlap_grad_reduce=True)
+    default = perfmodel.predict(run)
+    ideal = perfmodel.predict(run, {"overlap_compute_slowdown": 0.0})
+    assert ideal.step_time_s < default.step_time_s
+    assert perfmodel.predict(run, {"overlap_compute_slowdown": 0.189}).step_time_s == default.step_time_s
+    with pytest.raises(SpecError) as err:
+        perfmodel.predict(run, {"overlap_slowdown": 0.0})
+    assert "overlap_compute_slowdown" in str(err.value)

@@ -1,7 +1,9 @@
 """Compute-communication overlap with contention, on top of the performance model.
 
-The performance model (:func:`trainscale.perfmodel.predict`) hides communication behind compute
-as if both ran at full speed. Here the collectives that overlap compute hold SMs and HBM bandwidth
+The performance model (:func:`trainscale.perfmodel.predict`) charges overlapped compute one average
+slowdown (``overlap_compute_slowdown`` in ``calibration.yaml``); priced without it, it hides
+communication behind compute as if both ran at full speed, and that is what this module starts
+from (``IDEAL_OVERLAP``). Here the collectives that overlap compute hold SMs and HBM bandwidth
 (the contention model of :mod:`trainscale.kernels.overlap`), so the overlapped compute slows down;
 power rises while both run, and a power cap lowers the clock. Each run is priced three ways:
 
@@ -38,6 +40,9 @@ from .kernels.plan import BYTES
 from .specs import RunSpec, SpecError, SystemSpec
 
 PRECISIONS = ("bf16", "fp8")
+# the performance model's overlap without its average contention slowdown (calibration.yaml's
+# overlap_compute_slowdown): this module prices the contention of each run itself
+IDEAL_OVERLAP = {"overlap_compute_slowdown": 0.0}
 MODES = ("sequential", "overlapped", "ideal")
 
 __all__ = [
@@ -172,8 +177,8 @@ def overlap_inputs(run: RunSpec | Mapping, precision: str = "bf16") -> dict:
     seq_plan = dataclasses.replace(run.plan, overlap_grad_reduce=False)
     ov_plan = dataclasses.replace(run.plan, overlap_grad_reduce=True)
     seq_run = RunSpec(id=run.id, model=run.model, system=system, plan=seq_plan)
-    seq = perfmodel.predict(seq_run)
-    ideal = perfmodel.predict(RunSpec(id=run.id, model=run.model, system=system, plan=ov_plan))
+    seq = perfmodel.predict(seq_run, IDEAL_OVERLAP)
+    ideal = perfmodel.predict(RunSpec(id=run.id, model=run.model, system=system, plan=ov_plan), IDEAL_OVERLAP)
     compute = _compute(seq)
     comm = seq.breakdown["dp_comm"]
     rest = seq.step_time_s - compute - comm
@@ -184,13 +189,14 @@ def overlap_inputs(run: RunSpec | Mapping, precision: str = "bf16") -> dict:
     cont = contention(system, profile["message_bytes"], profile["wire_Bps"], profile["hbm_bytes_per_wire_byte"])
     if comm > 0.0 and profile["ranks"] > 1:
         busy = perfmodel.predict(RunSpec(id=run.id, model=run.model, plan=seq_plan,
-                                         system=contended_system(system, cont["channels"], cont["hbm_share"])))
+                                         system=contended_system(system, cont["channels"], cont["hbm_share"])),
+                                 IDEAL_OVERLAP)
         slowdown = _compute(busy) / compute - 1.0
     else:
         cont = {"channels": 0, "sm_share": 0.0, "hbm_share": 0.0}
         slowdown = 0.0
 
-    calib = perfmodel.calibration_vector(system.generation)
+    calib = perfmodel.calibration_vector(system.generation, IDEAL_OVERLAP)
     vec = perfmodel.plan_vector(run.model, system, seq_plan, calib)
     a_c, a_m = calib[K.C_POWER_COMPUTE], calib[K.C_POWER_MEMORY]
     optimizer = float(vec[K.O_OPTIMIZER])

@@ -77,6 +77,9 @@ def system_vector(system: SystemSpec) -> np.ndarray:
 GENERATION_FITTED = ("gemm_peak_efficiency", "network_efficiency")
 STACK_FITTED = ("compute_efficiency", "layer_host_s", "zero3_fetch_s", "elementwise_traffic")
 FITTED = GENERATION_FITTED + STACK_FITTED
+# fixed common values an override may also replace (a sensitivity sweep, or a module that prices the
+# effect itself: trainscale.overlap computes the contention of overlapped collectives per run)
+COMMON_OVERRIDABLE = ("overlap_compute_slowdown",)
 
 
 def _carried(table: Mapping, scope: str, fitted: Mapping, name: str, start: Mapping) -> float:
@@ -120,8 +123,10 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
     params.update({name: _carried(cal["stacks"], stack, fitted.get("stacks", {}), name, stack_start)
                    for name in STACK_FITTED})
     for name, value in (overrides or {}).items():
+        if name in COMMON_OVERRIDABLE:
+            continue  # applied by calibration_vector
         if name not in params:
-            raise SpecError("calibration", name, f"expected one of {', '.join(FITTED)}")
+            raise SpecError("calibration", name, f"expected one of {', '.join(FITTED + COMMON_OVERRIDABLE)}")
         params[name] = float(value)
     return params
 
@@ -161,7 +166,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_RESERVED_BYTES] = common["reserved_GiB"]["value"] * GiB
     vec[K.C_POWER_COMPUTE] = common["power_compute_share"]["value"]
     vec[K.C_POWER_MEMORY] = common["power_memory_share"]["value"]
-    vec[K.C_OVERLAP_SLOWDOWN] = common["overlap_compute_slowdown"]["value"]
+    vec[K.C_OVERLAP_SLOWDOWN] = float((overrides or {}).get("overlap_compute_slowdown",
+                                                            common["overlap_compute_slowdown"]["value"]))
     vec[K.C_ATTN_BWD_EFF] = common["attention_backward_efficiency"]["value"]
     return vec
 

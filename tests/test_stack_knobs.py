@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from trainscale import calibration, perfmodel, validation
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import ELEMENTWISE_KERNELS_PER_LAYER, causal_block_fraction, layer_costs
+from trainscale.kernels.plan import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
+                                     layer_costs)
 from trainscale.specs import RunSpec, SpecError, resolve_model, resolve_system
 
 
@@ -237,6 +238,28 @@ def test_bf16_optimizer_all_reduces_the_fp32_gradients(stack, allreduced):
                 + perfmodel.collective_time_s(system, "allgather", 2.0 * params, dp, stack=stack))
     assert pred.comm_total_s["dp_comm"] == pytest.approx(expected, rel=1e-9)
     assert pred.breakdown["dp_comm"] == pytest.approx(expected, rel=1e-9)  # not overlapped
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_bf16_optimizer_accumulates_every_micro_batch_into_fp32(tp):
+    """After each micro-batch's backward DeepSpeed's pipeline engine calls the BF16_Optimizer's
+    update_hp_grads, which casts the bf16 gradients to fp32 and adds them into its buffer: 18 bytes
+    per parameter of HBM traffic, one kernel, in every layer's backward. Other optimizers (fp16, or
+    Megatron's fp32 main grads written by the fused weight-gradient GEMM) pay nothing."""
+    plain, calib, m, s = _layer(model="llama2-13b", system="dgx-a100-80gb", tp=tp, stack="deepspeed",
+                                flash=False)
+    bf16 = calib.copy()
+    bf16[K.C_GRAD_ALLREDUCE] = 1.0
+    lc = np.empty(K.L_SIZE)
+    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), bf16, tp, 1, 1, K.RC_NONE, False, False, lc)
+    params_layer = perfmodel.model_vector(m)[K.M_PARAMS_LAYER] / tp
+    rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
+    assert HP_GRAD_ACCUM_BYTES == 18.0
+    assert lc[K.L_BWD_ELEM] - plain[K.L_BWD_ELEM] == pytest.approx(
+        HP_GRAD_ACCUM_BYTES * params_layer / rate + calib[K.C_KERNEL_S], rel=1e-9)
+    assert lc[K.L_FWD_ELEM] == plain[K.L_FWD_ELEM]
+    assert perfmodel.calibration_vector("ampere", None, "deepspeed", grad_reduce_fp32=True)[K.C_GRAD_ALLREDUCE] == 1.0
+    assert perfmodel.calibration_vector("ampere", None, "megatron", grad_reduce_fp32=True)[K.C_GRAD_ALLREDUCE] == 0.0
 
 
 def test_fa2_on_hopper_is_slower_than_the_native_kernel():

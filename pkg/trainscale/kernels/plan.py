@@ -73,6 +73,11 @@ BYTES = 2.0  # 16-bit activations, weights and gradients
 OPTIMIZER_BYTES_PER_PARAM = 12.0  # fp32 master weights, Adam m and v (ZeRO paper's K = 12)
 ADAM_TRAFFIC_BYTES_PER_PARAM = 28.0  # read p32, m, v, g16 and write p32, m, v, p16
 ELEMENTWISE_KERNELS_PER_LAYER = 12.0
+# DeepSpeed's BF16_Optimizer adds each micro-batch's gradients into its fp32 buffer, per parameter:
+# read the bf16 gradient (2), write and read its fp32 cast (4 + 4), read and write the buffer (4 + 4)
+# (PipelineEngine._exec_backward_pass calls optimizer.update_hp_grads after every backward;
+# BF16_Optimizer.update_hp_grads: hp_grad.add_(lp.grad.to(hp_grad.dtype)))
+HP_GRAD_ACCUM_BYTES = 18.0
 # HBM bytes per s x s score of the unfused attention (16-bit values, 1-byte dropout mask): the
 # scaled masked softmax (read, write: 4) and the attention dropout (read, write, mask: 5); backward
 # the dropout (read dy and the mask, write: 5) and the softmax (read y and dy, write: 6)
@@ -218,6 +223,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
     fwd_elem = memory_bound_time(unfused * chains + attention_fwd, fwd_kernels, hbm, calib)
     bwd_elem = memory_bound_time(unfused * 2.0 * chains + attention_bwd, 2.0 * fwd_kernels, hbm, calib)
+    if calib[C_GRAD_ALLREDUCE] > 0.0:  # DeepSpeed's BF16_Optimizer: after each micro-batch's backward,
+        # its 16-bit gradients are cast and added into the fp32 gradient buffer (update_hp_grads)
+        bwd_elem += memory_bound_time(HP_GRAD_ACCUM_BYTES * model[M_PARAMS_LAYER] / t, 1.0, hbm, calib)
     attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
 
     # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence

@@ -190,7 +190,7 @@ def _alias_bomb(levels, width=10):
 
 
 TEXT_EDITS = {
-    "duplicate top key": lambda t: t + t.splitlines()[0] + "\n",
+    "duplicate top key": lambda t: t + (t.splitlines() or [""])[0] + "\n",  # an emptied text has no line
     "duplicate inner key": lambda t: t.replace("{", "{tp: 4, tp: 2, " if "tp:" in t else "{name: z, name: y, ", 1),
     "deep list": lambda t: t + "deep: " + "[" * 5000 + "]" * 5000 + "\n",
     "deep mapping": lambda t: t + "deep: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n",

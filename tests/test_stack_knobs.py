@@ -249,7 +249,7 @@ def test_bf16_optimizer_accumulates_every_micro_batch_into_fp32(tp):
     plain, calib, m, s = _layer(model="llama2-13b", system="dgx-a100-80gb", tp=tp, stack="deepspeed",
                                 flash=False)
     bf16 = calib.copy()
-    bf16[K.C_GRAD_ALLREDUCE] = 1.0
+    bf16[K.C_BF16_OPTIMIZER] = 1.0
     lc = np.empty(K.L_SIZE)
     layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), bf16, tp, 1, 1, K.RC_NONE, False, False, lc)
     params_layer = perfmodel.model_vector(m)[K.M_PARAMS_LAYER] / tp
@@ -258,8 +258,8 @@ def test_bf16_optimizer_accumulates_every_micro_batch_into_fp32(tp):
     assert lc[K.L_BWD_ELEM] - plain[K.L_BWD_ELEM] == pytest.approx(
         HP_GRAD_ACCUM_BYTES * params_layer / rate + calib[K.C_KERNEL_S], rel=1e-9)
     assert lc[K.L_FWD_ELEM] == plain[K.L_FWD_ELEM]
-    assert perfmodel.calibration_vector("ampere", None, "deepspeed", grad_reduce_fp32=True)[K.C_GRAD_ALLREDUCE] == 1.0
-    assert perfmodel.calibration_vector("ampere", None, "megatron", grad_reduce_fp32=True)[K.C_GRAD_ALLREDUCE] == 0.0
+    assert perfmodel.calibration_vector("ampere", None, "deepspeed", grad_reduce_fp32=True)[K.C_BF16_OPTIMIZER] == 1.0
+    assert perfmodel.calibration_vector("ampere", None, "megatron", grad_reduce_fp32=True)[K.C_BF16_OPTIMIZER] == 0.0
 
 
 def test_fa2_on_hopper_is_slower_than_the_native_kernel():

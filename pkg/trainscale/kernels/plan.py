@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_GRAD_ALLREDUCE, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ATTN_BWD_EFF, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -223,7 +223,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
     fwd_elem = memory_bound_time(unfused * chains + attention_fwd, fwd_kernels, hbm, calib)
     bwd_elem = memory_bound_time(unfused * 2.0 * chains + attention_bwd, 2.0 * fwd_kernels, hbm, calib)
-    if calib[C_GRAD_ALLREDUCE] > 0.0:  # DeepSpeed's BF16_Optimizer: after each micro-batch's backward,
+    if calib[C_BF16_OPTIMIZER] > 0.0:  # DeepSpeed's BF16_Optimizer: after each micro-batch's backward,
         # its 16-bit gradients are cast and added into the fp32 gradient buffer (update_hp_grads)
         bwd_elem += memory_bound_time(HP_GRAD_ACCUM_BYTES * model[M_PARAMS_LAYER] / t, 1.0, hbm, calib)
     attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
@@ -538,7 +538,7 @@ def dp_sync_time(system, calib, params, grad_bytes, group_ranks, stride, n_shard
     gradients and, after the optimizer step, an all-gather of the updated 16-bit weights, in the
     shard group of ``n_shard`` ranks (ZeRO 3 gathers and reduces per layer instead, see
     :func:`zero3_layer_time`). An optimizer that shards its states but reduces every gradient
-    everywhere (``calib[C_GRAD_ALLREDUCE]`` = 1: DeepSpeed's BF16_Optimizer, whose engine passes
+    everywhere (``calib[C_BF16_OPTIMIZER]`` = 1: DeepSpeed's BF16_Optimizer, whose engine passes
     ``get_grads_for_reduction()`` to ``buffered_allreduce_fallback``) all-reduces instead of
     reduce-scattering, twice the bytes on the wire. With hybrid sharding (``dp_replicas`` > 1) the
     shards are also all-reduced across the replicas (counted with the reduction)."""
@@ -554,7 +554,7 @@ def dp_sync_time(system, calib, params, grad_bytes, group_ranks, stride, n_shard
     gather = 0.0
     if zero <= 2:
         bw_d, lat_d = out_link(system, shard_ranks, stride)
-        if calib[C_GRAD_ALLREDUCE] > 0.0:
+        if calib[C_BF16_OPTIMIZER] > 0.0:
             reduce = allreduce_time(grad_bytes * params, shard_ranks, stride, domain, bw_up, lat_up, bw_d, lat_d,
                                     eff)
         else:

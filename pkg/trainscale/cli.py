@@ -388,6 +388,8 @@ def cmd_validate(args) -> int:
     from . import catalog, validation
 
     vtrain = _vtrain_arg(args)
+    if args.search_unpublished:
+        return _validate_searched(args, validation)
     try:
         ds = validation.validation_dataset(vtrain_dir=vtrain, include_vtrain_single=True)
     except FileNotFoundError as exc:
@@ -415,6 +417,25 @@ def cmd_validate(args) -> int:
     print(_table(rows))
     print("\nleft-out: the error when the dataset is left out of the fit (trainscale calibrate --cv; "
           "stored in calibration_fitted.yaml)")
+    return 0
+
+
+def _validate_searched(args, validation) -> int:
+    """``validate --search-unpublished``: the runs whose source leaves a knob blank, with those knobs
+    searched (validation.searched_dataset) beside their stack's defaults."""
+    ds = validation.searched_dataset()
+    df = ds.to_dataframe().reset_index()
+    summary = validation.searched_summary(ds).reset_index()
+    if args.json:
+        _dump_json({"runs": df.to_dict(orient="records"), "summary": summary.to_dict(orient="records")})
+        return 0
+    cols = ["run", "dataset", "metric", "measured", "predicted_default", "predicted_searched", "rel_error_default",
+            "rel_error_searched"] + [f"searched_{k}" for k in validation.SEARCHED_KNOBS]
+    print(_table(df[cols].to_dict(orient="records")))
+    print()
+    print(_table(summary.to_dict(orient="records")))
+    print("\nsearched: the best plan of `trainscale search` with every published field fixed and only the knobs "
+          "the source leaves blank searched (blank searched_* cell: published, not searched)")
     return 0
 
 
@@ -658,6 +679,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv "
                    "(default: the copy shipped in trainscale/data/vtrain)")
     p.add_argument("--all", action="store_true", help="also print vTrain's 1,440 single-node runs one by one (the summary always has them)")
+    p.add_argument("--search-unpublished", action="store_true",
+                   help="only the runs whose source leaves a knob blank (interleave, micro-batch, recompute): "
+                        "the best plan with those knobs searched, beside their stack's defaults")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 

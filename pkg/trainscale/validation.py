@@ -15,7 +15,10 @@ Datasets (``MeasuredRun.dataset``):
   element-wise traffic of FSDP by predicting the same models compiled (plan ``compiled: true``).
 
 A knob a source leaves blank takes the documented default of its stack and era
-(:data:`UNPUBLISHED_DEFAULTS`), never a value searched per run.
+(:data:`UNPUBLISHED_DEFAULTS`), never a value searched per run. :func:`searched_dataset` asks the
+planner's question beside it: with every published field fixed, which throughput does the plan
+search (:func:`trainscale.perfmodel.search`, as ``trainscale search --fix ... --search ...``) find
+when only the knobs the source left blank (:data:`SEARCHED_KNOBS`) are searched?
 """
 
 from __future__ import annotations
@@ -72,6 +75,19 @@ class MeasuredRun:
     metric: str  # step_time_s, hardware_tflops_per_gpu, model_tflops_per_gpu, tokens_per_s_per_gpu
     measured: float
     source: str
+    unpublished: tuple = ()  # plan knobs (of SEARCHED_KNOBS) the source leaves blank
+
+
+# The knobs a planner tunes that sources often leave blank, and the values searched for them when
+# they do (searched_dataset). Interleaving is searched only where the stack has an interleaved
+# schedule (Megatron-LM, NeMo; DeepSpeed's pipeline engine and FSDP have none) and pp > 1.
+SEARCHED_KNOBS = {"interleave": [1, 2, 3, 4, 6, 8], "micro_batch": [1, 2, 4, 8, 16],
+                  "recompute": ["none", "selective", "full"]}
+INTERLEAVED_STACKS = ("megatron", "nemo")
+
+
+def _blank_knobs(row: Mapping, keys) -> tuple:
+    return tuple(key for key in keys if not row.get(key))
 
 
 def vtrain_dir(path: str | Path | None = None) -> Path | None:
@@ -97,7 +113,8 @@ def published_runs() -> list[MeasuredRun]:
                 plan[key] = int(row[key])
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})
-        runs.append(MeasuredRun(run, "published", row["metric"], float(row["value"]), row["source"]))
+        runs.append(MeasuredRun(run, "published", row["metric"], float(row["value"]), row["source"],
+                                _blank_knobs(row, ("interleave", "micro_batch"))))
     return runs
 
 
@@ -160,7 +177,8 @@ def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
             dataset = f"{row['stack']}-{run.system.generation}"
             if "compile" in row["id"]:
                 dataset = "fsdp-compiled"
-            runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"]))
+            runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"],
+                                    _blank_knobs(row, SEARCHED_KNOBS)))
     return runs
 
 
@@ -309,7 +327,101 @@ def table(ds: xr.Dataset, dataset: str | None = None) -> pd.DataFrame:
     return df
 
 
-__all__ = ["MeasuredRun", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
+def searched_knobs(m: MeasuredRun) -> tuple:
+    """The knobs searched for a run: those its source leaves blank, interleaving only where its
+    stack has an interleaved schedule and the run a pipeline."""
+    plan = m.run.plan
+    return tuple(k for k in m.unpublished
+                 if k != "interleave" or (plan.stack in INTERLEAVED_STACKS and plan.pp > 1))
+
+
+def searched_space(m: MeasuredRun) -> dict:
+    """The plan space of a run with its published fields fixed and :func:`searched_knobs` free
+    (what ``trainscale search --fix FIELD=VALUE ... --search KNOB ...`` builds)."""
+    plan = m.run.plan
+    space = {name: [int(getattr(plan, name)) if name in perfmodel.BOOLEAN_AXES else getattr(plan, name)]
+             for name in perfmodel.GRID_AXES}
+    if m.run.model.is_moe:
+        space[perfmodel.EP_AXIS] = [plan.ep]
+    for knob in searched_knobs(m):
+        space[knob] = list(SEARCHED_KNOBS[knob])
+    return space
+
+
+def searched_prediction(m: MeasuredRun, calibration: Mapping[str, float] | None = None) -> tuple[dict, float]:
+    """(best plan, its predicted value in the run's metric) when only the knobs the source left
+    blank are searched (plan search with every other field fixed; :func:`searched_space`); the
+    best plan is ``{}`` and the value NaN when no plan of that space fits in memory."""
+    plan = m.run.plan
+    _, best = perfmodel.search(m.run.model, m.run.system, m.run.gpus, plan.global_batch, top=1,
+                               space=searched_space(m), calibration=calibration, stack=plan.stack,
+                               compiled=plan.compiled, grad_reduce_fp32=plan.grad_reduce_fp32,
+                               recompute_share=plan.recompute_share)
+    if not best:
+        return {}, float("nan")
+    chosen = best[0]["plan"]
+    run = RunSpec(id=m.run.id, model=m.run.model, system=m.run.system,
+                  plan=perfmodel.plan_from_grid_entry(chosen, plan.global_batch))
+    return chosen, predicted_value(MeasuredRun(run, m.dataset, m.metric, m.measured, m.source), calibration)
+
+
+def searched_dataset(vtrain_dir: str | Path | None = None,
+                     calibration: Mapping[str, float] | None = None) -> xr.Dataset:
+    """Predicted vs measured for every measured run with a searched knob (dim ``run``): with the
+    knobs its source leaves blank at its stack's documented defaults (as :func:`validation_dataset`)
+    and searched (:func:`searched_prediction`), with the values the search chose."""
+    runs = [m for m in measured_runs(vtrain_dir) if searched_knobs(m)]
+    default = np.array([predicted_value(m, calibration) for m in runs])
+    results = [searched_prediction(m, calibration) for m in runs]
+    searched = np.array([value for _, value in results])
+    measured = np.array([m.measured for m in runs])
+    knobs = list(SEARCHED_KNOBS)
+
+    def chosen(m, plan, knob):
+        if knob not in searched_knobs(m) or not plan:
+            return ""
+        return str(plan[knob])
+
+    data = {
+        "measured": ("run", measured, {"units": "metric", "long_name": "measured (in the row's metric)"}),
+        "predicted_default": ("run", default, {"units": "metric", "long_name": "predicted with the blank knobs at "
+                                               "the stack's documented defaults (in the row's metric)"}),
+        "predicted_searched": ("run", searched, {"units": "metric", "long_name": "predicted for the best plan with "
+                                                 "the blank knobs searched (in the row's metric)"}),
+        "rel_error_default": ("run", (default - measured) / measured,
+                              {"units": "1", "long_name": "relative error, blank knobs at their defaults"}),
+        "rel_error_searched": ("run", (searched - measured) / measured,
+                               {"units": "1", "long_name": "relative error, blank knobs searched"}),
+    }
+    for knob in knobs:
+        data[f"searched_{knob}"] = ("run", [chosen(m, plan, knob) for m, (plan, _) in zip(runs, results)],
+                                    {"units": "1", "long_name": f"{knob} the search chose ('': published, not searched)"})
+    ds = xr.Dataset(data, coords={"run": [m.run.id for m in runs],
+                                  "dataset": ("run", [m.dataset for m in runs]),
+                                  "metric": ("run", [m.metric for m in runs])})
+    for name in ("run", "dataset", "metric"):
+        ds[name].attrs["long_name"] = COORD_NAMES[name]
+    ds.attrs["searched_values"] = json.dumps(SEARCHED_KNOBS)
+    ds.attrs.update(provenance({"vtrain_dir": None if vtrain_dir is None else str(vtrain_dir),
+                                "calibration": dict(calibration or {})}))
+    return ds
+
+
+def searched_summary(ds: xr.Dataset) -> pd.DataFrame:
+    """One row per dataset of :func:`searched_dataset`: runs, MAPE with defaults and searched."""
+    rows = []
+    for name in dict.fromkeys(ds["dataset"].values.tolist()):
+        part = ds.isel(run=np.flatnonzero(ds["dataset"].values == name))
+        searched = np.abs(part["rel_error_searched"].values)
+        rows.append({"dataset": name, "runs": int(part.sizes["run"]),
+                     "MAPE_default_%": float(100 * np.abs(part["rel_error_default"].values).mean()),
+                     "MAPE_searched_%": float(100 * np.nanmean(searched)) if np.isfinite(searched).any() else float("nan"),
+                     "worst_searched_%": float(100 * np.nanmax(searched)) if np.isfinite(searched).any() else float("nan"),
+                     "no_fitting_plan": int((~np.isfinite(searched)).sum())})
+    return pd.DataFrame(rows).set_index("dataset")
+
+
+__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
            "table"]
 
 

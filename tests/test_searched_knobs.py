@@ -1,0 +1,85 @@
+"""The planner's question on the measured runs: with every published field fixed and only the knobs a
+source leaves blank searched (validation.searched_dataset, as `trainscale search --fix ... --search ...`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trainscale import validation
+from trainscale.cli import main
+
+
+@pytest.fixture(scope="module")
+def searched():
+    return validation.searched_dataset()
+
+
+def by_id(run_id):
+    (m,) = [m for m in validation.measured_runs(None) if m.run.id == run_id]
+    return m
+
+
+def test_the_searched_knobs_are_the_blank_cells_the_stack_can_turn():
+    # Megatron-Core README: micro-batch, interleaving and recomputation not stated
+    assert validation.searched_knobs(by_id("meglm-h100-ws-70b")) == ("interleave", "micro_batch", "recompute")
+    # no pipeline: nothing to interleave
+    assert validation.searched_knobs(by_id("meglm-h100-ws-1.7b")) == ("micro_batch", "recompute")
+    # DeepSpeed's pipeline engine has no interleaved schedule; BLOOM states its micro-batch and recomputation
+    assert validation.searched_knobs(by_id("bloom176b-a100-384g-gbs2048")) == ()
+    # Korthikanti et al. 2022 state every knob
+    assert validation.searched_knobs(by_id("korth22-t5-175b-seqsel")) == ()
+    space = validation.searched_space(by_id("meglm-h100-ws-70b"))
+    assert space["tp"] == [8] and space["pp"] == [2] and space["interleave"] == validation.SEARCHED_KNOBS["interleave"]
+
+
+def test_searching_the_blank_knobs_never_predicts_slower_than_their_defaults(searched):
+    """The defaults are among the values searched, so the best plan is at least as fast: a higher
+    throughput, or a shorter step where the source reports step times."""
+    default, best = searched["predicted_default"].values, searched["predicted_searched"].values
+    assert np.isfinite(best).all()
+    step = searched["metric"].values == "step_time_s"
+    assert step.any() and (~step).any()
+    speedup = np.where(step, default / best, best / default)
+    assert (speedup >= 1 - 1e-9).all(), searched["run"].values[speedup < 1 - 1e-9]
+
+
+def test_the_dataset_is_described_and_summarised(searched):
+    for name in list(searched.data_vars) + list(searched.coords):
+        assert searched[name].attrs.get("long_name"), name
+        if searched[name].dtype.kind in "biuf":
+            assert searched[name].attrs.get("units"), name
+    summary = validation.searched_summary(searched)
+    part = searched.isel(run=np.flatnonzero(searched["dataset"].values == "megatron-hopper"))
+    assert summary.loc["megatron-hopper", "runs"] == part.sizes["run"] == 9
+    assert summary.loc["megatron-hopper", "MAPE_searched_%"] == pytest.approx(
+        100 * np.abs(part["rel_error_searched"].values).mean())
+
+
+def test_the_command_line_search_finds_the_same_best_plan(capsys, tmp_path):
+    """`trainscale search --fix <published fields> --search <blank knobs>` is the same search."""
+    m = by_id("meglm-h100-ws-70b")
+    plan, value = validation.searched_prediction(m)
+    model = tmp_path / "model.yaml"
+    spec = {k: getattr(m.run.model, k) for k in ("name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+                                                  "ffn_type", "vocab", "seq_len")}
+    model.write_text(json.dumps(spec))
+    p = m.run.plan
+    fixed = [f"tp={p.tp}", f"pp={p.pp}", f"cp={p.cp}", f"zero={p.zero}", "sequence_parallel=true",
+             "overlap_grad_reduce=true", "flash_attention=true", "tp_comm_overlap=true"]
+    assert main(["search", "--model", str(model), "--system", m.run.system.name, "--gpus", str(m.run.gpus),
+                 "--global-batch", str(p.global_batch), "--stack", p.stack, "--fix", *fixed,
+                 "--search", *validation.searched_knobs(m), "--top", "1", "--json"]) == 0
+    (best,) = json.loads(capsys.readouterr().out)["best"]
+    assert {k: best["plan"][k] for k in validation.SEARCHED_KNOBS} == {k: plan[k] for k in validation.SEARCHED_KNOBS}
+    assert best["model_tflops_per_gpu"] == pytest.approx(value, rel=1e-9)
+
+
+def test_validate_prints_the_searched_runs(capsys):
+    assert main(["validate", "--search-unpublished", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    datasets = {row["dataset"] for row in got["summary"]}
+    assert {"published", "megatron-hopper"} <= datasets
+    assert all(row["rel_error_searched"] is not None for row in got["runs"])

@@ -32,6 +32,17 @@ def test_tp_overlap_hides_part_of_the_tensor_parallel_traffic():
     assert over.breakdown["tp_comm"] < plain.breakdown["tp_comm"]
 
 
+@pytest.mark.parametrize("stack", ["megatron", "fsdp"])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_tp_traffic_without_overlap_is_all_exposed(stack, recompute):
+    """Without overlap every TP collective is exposed: the total counts the forward, the backward and
+    what the backward recomputes (all of the forward under full recomputation, the stack's share under
+    its selective checkpointing: torchtitan's half)."""
+    p = perfmodel.predict(_run(stack=stack, recompute=recompute))
+    assert p.breakdown["tp_comm"] > 0.0
+    assert p.breakdown["tp_comm"] == pytest.approx(p.comm_total_s["tp_comm"], rel=1e-12)
+
+
 def test_tp_overlap_closed_form():
     # without slowdown: a collective longer than its GEMM exposes the difference, a shorter one a chunk
     assert tp_overlapped_time(4.0, 4, 1.0, 1.0, 10.0, 10.0, 0.0) == pytest.approx(3.0 + 3.0 + 1.0 + 1.0)

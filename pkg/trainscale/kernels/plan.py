@@ -361,7 +361,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
     out[L_FWD_EP] = ep_fwd
     out[L_BWD_EP] = ep_bwd
-    out[L_TP_TOTAL] = (3.0 if rc == RC_FULL else 2.0) * tp_pass
+    # traffic before overlap: forward, backward and the recomputed share of the forward
+    recomputed = 1.0 if rc == RC_FULL else (calib[C_SELECTIVE_SHARE] if rc == RC_SELECTIVE else 0.0)
+    out[L_TP_TOTAL] = (2.0 + recomputed) * tp_pass
     out[L_CP_TOTAL] = cp_total
     out[L_CP_FWD] = cp_fwd
 

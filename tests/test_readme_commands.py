@@ -152,6 +152,13 @@ def _check_validate_all(out):
     assert re.search(r"^vtrain-single-1439 ", out, re.M), out[-3000:]
 
 
+def _check_validate_searched(out):
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^([a-z]+-[a-z]+|published)\s+\d+\s+[\d.]+\s.*$", out, re.M)}
+    for name in ("published", "megatron-hopper", "nemo-hopper"):
+        assert name in rows, f"{name} missing from the summary:\n{out[-3000:]}"
+    assert re.search(r"^meglm-h100-ws-70b\s+megatron-hopper\s", out, re.M), out[-3000:]
+
+
 def _check_systems(out):
     for name in ("dgx-v100", "dgx-a100-80gb", "dgx-h100", "dgx-h200"):  # those the examples use
         assert re.search(rf"^{re.escape(name)}\s", out, re.M), f"{name} not listed:\n{out}"
@@ -212,6 +219,7 @@ COMMANDS = {
     "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),
     "trainscale validate": Run(_check_validate),
     "trainscale validate --all": Run(_check_validate_all),
+    "trainscale validate --search-unpublished": Run(_check_validate_searched),
     "trainscale calibrate": NotRun(
         "a refit of ~190 runs (20-60 s); tests/test_cli.py::test_calibrate_without_write runs it (slow)"),
     "trainscale systems": Run(_check_systems),

@@ -355,3 +355,32 @@ def test_search_takes_the_plan_knobs_it_cannot_search():
                                      micro_batch=[2])
     assert grid32.attrs["grad_reduce_fp32"] == 1
     assert float(grid32["step_time_s"].max()) > float(grid16["step_time_s"].max())
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_batch_first_sequence_parallelism_copies_each_collective_once_more(tp):
+    """torchtitan's DTensor sequence parallelism shards a batch-first tensor along dim 1; PyTorch's
+    functional collectives gather and reduce-scatter along dim 0 and reorder with torch.cat(torch.chunk)
+    (one read and one write of the whole m x h tensor per collective, four collectives per pass).
+    Megatron (sequence-first) has no such copy. Closed form on the layer kernel: the FSDP stack's TP time
+    per pass exceeds Megatron's by 4 (2 * 2 m h / (eta B) + t_kernel), and nothing else changes."""
+    from trainscale.kernels.plan import sp_layout_copy_time
+
+    mb = 2
+    fsdp, calib_f, m, s = _layer(tp=tp, mb=mb, sp=True, stack="fsdp")
+    meg, calib_m, _, _ = _layer(tp=tp, mb=mb, sp=True, stack="megatron")
+    assert calib_f[K.C_SP_LAYOUT_COPY] == 1.0 and calib_m[K.C_SP_LAYOUT_COPY] == 0.0
+    assert perfmodel.calibration_vector("hopper", None, "nemo")[K.C_SP_LAYOUT_COPY] == 0.0
+    tokens, hbm = mb * m.seq_len, s.hbm_bandwidth_GBps * 1e9
+    copy = 4 * (2 * 2 * tokens * m.hidden / (calib_f[K.C_HBM_EFF] * hbm) + calib_f[K.C_KERNEL_S])
+    assert sp_layout_copy_time(tokens, m.hidden, tp, True, hbm, calib_f) == pytest.approx(copy, rel=1e-12)
+    calib_f_off = calib_f.copy()
+    calib_f_off[K.C_SP_LAYOUT_COPY] = 0.0
+    off = np.empty(K.L_SIZE)
+    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib_f_off, tp, 1, mb, K.RC_NONE, True, True, off)
+    assert fsdp[K.L_FWD_TP] - off[K.L_FWD_TP] == pytest.approx(copy, rel=1e-9)
+    assert fsdp[K.L_BWD_TP] - off[K.L_BWD_TP] == pytest.approx(copy, rel=1e-9)
+    assert fsdp[K.L_FWD_GEMM] == off[K.L_FWD_GEMM] and fsdp[K.L_FWD_ELEM] == off[K.L_FWD_ELEM]
+    # no sequence parallelism, or no tensor parallelism: no collective to reorder
+    assert sp_layout_copy_time(tokens, m.hidden, tp, False, hbm, calib_f) == 0.0
+    assert sp_layout_copy_time(tokens, m.hidden, 1, True, hbm, calib_f) == 0.0

@@ -62,7 +62,8 @@ C_BF16_OPTIMIZER = 14  # per plan: 1 under DeepSpeed's BF16_Optimizer (fp32 grad
 C_ATTN_EFF = 15  # per stack and generation: fused attention kernel's efficiency relative to the generation's GEMMs (1: native kernel)
 C_OVERLAP_SLOWDOWN = 16  # common: slowdown of computation while a collective runs beside it (0: none)
 C_ATTN_BWD_EFF = 17  # common: fused attention backward's efficiency relative to its forward's
-C_SIZE = 18
+C_SP_LAYOUT_COPY = 18  # per stack: 1 where sequence-parallel collectives gather / scatter a batch-first tensor along its sequence dim (one extra HBM copy of the full tensor each)
+C_SIZE = 19
 
 # recomputation modes
 RC_NONE = 0

@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ATTN_BWD_EFF, C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -142,6 +142,24 @@ def tp_overlapped_time(collective_s, tp, gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s,
     for g in (gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s):
         exposed += first + overlapped_exposed(c - first, g, slowdown)
     return exposed
+
+
+@njit(cache=True)
+def sp_layout_copy_time(m, h, tp, sp, hbm_bw, calib):
+    """Seconds per pass of the layout copies around a layer's four sequence-parallel collectives.
+
+    NCCL gathers and scatters along a tensor's first dimension. A stack that keeps activations
+    batch-first (``b x s x h``) and shards the sequence (dim 1) reorders every gathered output, and
+    every input to a reduce-scatter, by one more read and write of the whole ``m x h`` tensor
+    (``calib[C_SP_LAYOUT_COPY]`` = 1: PyTorch's functional collectives, ``torch.cat(torch.chunk(...))``
+    along the gather / scatter dim, as DTensor's ``Shard(1)`` sequence parallelism in torchtitan).
+    Megatron keeps activations sequence-first (``s x b x h``) and needs none:
+
+    .. math:: t = 4 \cdot \frac{2 \cdot 2 m h}{\eta_\mathrm{HBM} B_\mathrm{HBM}} + 4\,t_\mathrm{kernel}
+    """
+    if not sp or tp <= 1 or calib[C_SP_LAYOUT_COPY] <= 0.0:
+        return 0.0
+    return 4.0 * memory_bound_time(2.0 * BYTES * m * h, 1.0, hbm_bw, calib)
 
 
 @njit(cache=True)
@@ -246,6 +264,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         half = 0.5 * one
         tp_fwd = tp_overlapped_time(half, itp, f_qkv, f_o, f_up, f_dn, calib[C_OVERLAP_SLOWDOWN])
         tp_bwd = tp_overlapped_time(half, itp, b_qkv, b_o, b_up, b_dn, calib[C_OVERLAP_SLOWDOWN])
+    layout_copies = sp_layout_copy_time(m, h, itp, sp, hbm, calib)
+    tp_pass += layout_copies
+    tp_fwd += layout_copies
+    tp_bwd += layout_copies
 
     # expert parallelism: dispatch and combine all-to-alls over the ep ranks (tp*cp apart)
     ep_fwd = 0.0

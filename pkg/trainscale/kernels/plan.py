@@ -146,7 +146,7 @@ def tp_overlapped_time(collective_s, tp, gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s,
 
 @njit(cache=True)
 def sp_layout_copy_time(m, h, tp, sp, hbm_bw, calib):
-    """Seconds per pass of the layout copies around a layer's four sequence-parallel collectives.
+    r"""Seconds per pass of the layout copies around a layer's four sequence-parallel collectives.
 
     NCCL gathers and scatters along a tensor's first dimension. A stack that keeps activations
     batch-first (``b x s x h``) and shards the sequence (dim 1) reorders every gathered output, and

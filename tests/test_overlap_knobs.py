@@ -127,3 +127,17 @@ def test_overlap_slowdown_is_overridable_per_call():
     with pytest.raises(SpecError) as err:
         perfmodel.predict(run, {"overlap_slowdown": 0.0})
     assert "overlap_compute_slowdown" in str(err.value)
+
+
+def test_no_measured_run_exposes_more_than_its_traffic():
+    """Exposed communication never exceeds the traffic before overlap, for every published and public
+    run (every stack, recompute mode and overlap knob they use): the selective share's TP traffic was
+    once left out of the total."""
+    from trainscale import validation
+
+    runs = validation.measured_runs(None)
+    assert len(runs) > 50
+    for m in runs:
+        p = perfmodel.predict(m.run)
+        for kind, total in p.comm_total_s.items():
+            assert p.breakdown.get(kind, 0.0) <= total * (1 + 1e-9) + 1e-12, (m.run.id, kind)

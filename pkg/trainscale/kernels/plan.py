@@ -278,20 +278,19 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         ep_fwd = 2.0 * a2a
         ep_bwd = 2.0 * a2a + (2.0 * a2a if rc == RC_FULL else 0.0)
 
-    # recomputation in the backward pass
+    # recomputation in the backward pass: the share of the forward's weight GEMMs, element-wise work
+    # and TP collectives it repeats (full: all; selective: Megatron's attention core only, a stack's
+    # own selective checkpointing, torchtitan or fms-fsdp, also a share of the rest)
+    recomputed = 1.0 if rc == RC_FULL else (calib[C_SELECTIVE_SHARE] if rc == RC_SELECTIVE else 0.0)
+    recomp_tp = recomputed * tp_fwd
     if rc == RC_FULL:
         recomp = fwd_gemm + fwd_elem
-        recomp_tp = tp_fwd
-    elif rc == RC_SELECTIVE:  # Megatron's: the attention core (nothing with flash attention); a
-        # stack's own selective checkpointing (torchtitan, fms-fsdp) also a share of the rest
-        share = calib[C_SELECTIVE_SHARE]
-        recomp = share * (fwd_gemm - f_sc - f_av + fwd_elem)
-        recomp_tp = share * tp_fwd
-        if not flash:
+    elif rc == RC_SELECTIVE:
+        recomp = recomputed * (fwd_gemm - f_sc - f_av + fwd_elem)
+        if not flash:  # the attention core, its scores re-materialised
             recomp += f_sc + f_av + attn_elem
     else:
         recomp = 0.0
-        recomp_tp = 0.0
 
     # context parallelism: ring attention passes K and V around the cp ranks (and their
     # gradients backward), hidden behind the attention core where it can be
@@ -383,9 +382,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
     out[L_FWD_EP] = ep_fwd
     out[L_BWD_EP] = ep_bwd
-    # traffic before overlap: forward, backward and the recomputed share of the forward
-    recomputed = 1.0 if rc == RC_FULL else (calib[C_SELECTIVE_SHARE] if rc == RC_SELECTIVE else 0.0)
-    out[L_TP_TOTAL] = (2.0 + recomputed) * tp_pass
+    out[L_TP_TOTAL] = (2.0 + recomputed) * tp_pass  # traffic before overlap: forward, backward, recomputed share
     out[L_CP_TOTAL] = cp_total
     out[L_CP_FWD] = cp_fwd
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import comparison
 from .. import io as tsio
-from ..validation import NOT_FITTED
+from ..validation import NOT_FITTED, searched_summary
 
 PAPER = ("Narayanan et al. 2021 (Megatron-LM PTD-P, arXiv 2104.04473); Korthikanti et al. 2022 (arXiv 2205.05198); "
          "Bang et al., vTrain (MICRO 2024, arXiv 2312.12391); public NeMo, Megatron-Core, FSDP and "
@@ -54,19 +54,18 @@ def _dataset_record(name: str, part) -> comparison.Record:
         note="" if np.isfinite(judged) else "cross-validated error not stored (trainscale calibrate --cv --write)")
 
 
-def _searched_record(name: str, part) -> comparison.Record:
-    searched = np.abs(part["rel_error_searched"].values)
-    default = float(np.abs(part["rel_error_default"].values).mean())
-    missing = int((~np.isfinite(searched)).sum())
-    judged = float(np.nanmean(searched)) if missing < searched.size else float("nan")
-    worst = float(np.nanmax(searched)) if missing < searched.size else float("nan")
+def _searched_record(name: str, row) -> comparison.Record:
+    """The record of one dataset's row of :func:`trainscale.validation.searched_summary`."""
+    missing = int(row["no_fitting_plan"])
     return comparison.within_target(
-        STUDY, f"{name}: MAPE with only the knobs the source leaves blank searched ({searched.size} runs)", "1",
+        STUDY, f"{name}: MAPE with only the knobs the source leaves blank searched ({int(row['runs'])} runs)", "1",
         target=TARGET_MAPE.get(name, DEFAULT_TARGET_MAPE),
         target_setting="accuracy target (issue 10), not a paper number",
-        our_value=judged, our_setting=f"best plan of trainscale search over the blank knobs (interleave, "
-                                      f"micro-batch, recompute), everything published fixed; in-sample calibration; "
-                                      f"worst run {worst:.1%}; with the knobs at their defaults {default:.1%}",
+        our_value=row["MAPE_searched_%"] / 100, our_setting=f"best plan of trainscale search over the blank knobs "
+                                                            f"(interleave, micro-batch, recompute), everything "
+                                                            f"published fixed; in-sample calibration; worst run "
+                                                            f"{row['worst_searched_%'] / 100:.1%}; with the knobs at "
+                                                            f"their defaults {row['MAPE_default_%'] / 100:.1%}",
         note=f"{missing} runs had no plan that fits" if missing else "")
 
 
@@ -77,7 +76,7 @@ def compare(folder) -> list[comparison.Record]:
     names = list(dict.fromkeys(ds["dataset"].values.tolist()))
     records = [_dataset_record(name, ds.isel(run=np.flatnonzero(ds["dataset"].values == name))) for name in names]
     path = Path(folder) / "searched.nc"
-    searched = tsio.read_dataset(path) if path.is_file() else None
-    for name in [] if searched is None else dict.fromkeys(searched["dataset"].values.tolist()):
-        records.append(_searched_record(name, searched.isel(run=np.flatnonzero(searched["dataset"].values == name))))
+    if path.is_file():
+        summary = searched_summary(tsio.read_dataset(path))
+        records += [_searched_record(name, row) for name, row in summary.iterrows()]
     return records

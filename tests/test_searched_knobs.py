@@ -83,3 +83,19 @@ def test_validate_prints_the_searched_runs(capsys):
     datasets = {row["dataset"] for row in got["summary"]}
     assert {"published", "megatron-hopper"} <= datasets
     assert all(row["rel_error_searched"] is not None for row in got["runs"])
+
+
+def test_narrower_search_ranges_are_never_faster_and_bound_the_reported_range(searched):
+    """Each narrower range of SEARCH_RANGES is a subset of the full search, so the full search's best
+    plan is at least as fast; the summary's low-high range spans the full search's MAPE."""
+    assert list(searched["search_range"].values) == list(validation.SEARCH_RANGES)
+    step = searched["metric"].values == "step_time_s"
+    full = searched["predicted_searched"].values
+    measured = searched["measured"].values
+    for r in searched["search_range"].values:
+        narrow = measured * (1 + searched["rel_error_searched_range"].sel(search_range=r).values)
+        speedup = np.where(step, narrow / full, full / narrow)
+        assert (speedup >= 1 - 1e-9).all(), r
+    summary = validation.searched_summary(searched)
+    assert (summary["MAPE_searched_low_%"] <= summary["MAPE_searched_%"] + 1e-12).all()
+    assert (summary["MAPE_searched_%"] <= summary["MAPE_searched_high_%"] + 1e-12).all()

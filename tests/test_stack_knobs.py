@@ -187,6 +187,9 @@ def test_compiled_runs_are_held_out_and_single_node_vtrain_is_fitted():
     runs = calibration.fitting_runs()
     datasets = {m.dataset for m in runs}
     assert "fsdp-compiled" not in datasets and "vtrain-single" in datasets
+    assert "deepspeed-trials" not in datasets and "deepspeed-ampere" in datasets
+    trials = [m for m in validation.public_runs() if m.run.id.startswith(validation.TRIALS_PREFIX)]
+    assert len(trials) == 39 and {m.dataset for m in trials} == {"deepspeed-trials"}
     assert not any(m.run.plan.compiled and m.dataset == "fsdp-compiled" for m in runs)
 
 
@@ -217,8 +220,13 @@ def test_fp32_gradient_reduction_doubles_the_gradient_bytes():
     assert full.memory_breakdown_gib["gradients"] == pytest.approx(2.0 * half.memory_breakdown_gib["gradients"],
                                                                    rel=1e-12)
     assert full.step_time_s > half.step_time_s
-    bloom = [m for m in validation.public_runs() if m.run.id.startswith("bloom")]
-    assert bloom and all(m.run.plan.grad_reduce_fp32 for m in bloom)  # BLOOM's BF16_Optimizer, from the CSV
+    bloom = [m for m in validation.public_runs() if m.run.id.startswith("bloom176b")]
+    assert len(bloom) == 3 and all(m.run.plan.grad_reduce_fp32 for m in bloom)  # BLOOM's BF16_Optimizer, from the CSV
+    # the topology trials before training: fp16 (16-bit gradients) until 02-27, the BF16_Optimizer from 02-28
+    trials = {m.run.id: m.run.plan.grad_reduce_fp32 for m in validation.public_runs()
+              if m.run.id.startswith("bloomprequel")}
+    assert len(trials) == 39 and sum(trials.values()) == 9
+    assert all(fp32 == rid.startswith("bloomprequel-0228") for rid, fp32 in trials.items())
 
 
 @pytest.mark.parametrize("stack, allreduced", [("deepspeed", True), ("megatron", False)])

@@ -155,8 +155,8 @@ def fit_runs(runs: Sequence[MeasuredRun], start: dict | None = None, max_nfev: i
 
 
 def fitting_runs(vtrain: str | Path | None = None) -> list[MeasuredRun]:
-    """Every measured run that is fitted: all but the compiled FSDP runs (``NOT_FITTED``), which
-    test the eager stack's fitted element-wise traffic; vTrain's single-node runs where the folder
+    """Every measured run that is fitted: all but the datasets of ``NOT_FITTED`` (the compiled FSDP
+    runs and BigScience's layout trials, validated only); vTrain's single-node runs where the folder
     has them (they identify the host time per layer)."""
     folder = default_vtrain_dir(vtrain)
     single = folder is not None and (Path(folder) / "ground_truth_single.csv").is_file()

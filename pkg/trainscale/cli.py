@@ -404,7 +404,8 @@ def cmd_validate(args) -> int:
             entry["cv_mape"] = float(cv[name]["mape"])
             entry["cv_worst"] = float(cv[name]["worst"])
     if args.json:
-        _dump_json({"runs": df.to_dict(orient="records"), "summary": summary})
+        _dump_json({"runs": df.to_dict(orient="records"), "summary": summary,
+                    "plan_ranking": validation.plan_ranking(ds).to_dict(orient="records")})
         return 0
     shown = df if args.all else df[df["dataset"] != "vtrain-single"]  # 1,440 rows: only when asked
     print(_table(shown.to_dict(orient="records")))
@@ -416,7 +417,12 @@ def cmd_validate(args) -> int:
             for k, v in summary.items()]
     print(_table(rows))
     print("\nleft-out: the error when the dataset is left out of the fit (trainscale calibrate --cv; "
-          "stored in calibration_fitted.yaml)")
+          "stored in calibration_fitted.yaml)\n")
+    ranking = validation.plan_ranking(ds)
+    print(_table((ranking if args.all else ranking[ranking["dataset"] != "vtrain-single"]).to_dict(orient="records")))
+    print(f"\nplans of one model at one GPU count ({validation.MIN_PLANS} or more): spearman ranks predicted "
+          "against measured time per sequence; regret_%: how much longer the model's fastest plan measured "
+          "than the measured fastest")
     return 0
 
 

@@ -12,7 +12,9 @@ Datasets (``MeasuredRun.dataset``):
   ``fsdp-ampere``, ``deepspeed-ampere``): public runs of other stacks and generations
   (``data/published_runs_stacks.csv``, sources in ``published_runs_stacks.md``); runs with
   ``torch.compile`` form ``fsdp-compiled``, which is never fitted: it tests the fitted eager
-  element-wise traffic of FSDP by predicting the same models compiled (plan ``compiled: true``).
+  element-wise traffic of FSDP by predicting the same models compiled (plan ``compiled: true``);
+  BigScience's layout trials before BLOOM form ``deepspeed-trials``, never fitted either
+  (:data:`NOT_FITTED` says why).
 
 A knob a source leaves blank takes the documented default of its stack and era
 (:data:`UNPUBLISHED_DEFAULTS`), never a value searched per run. :func:`searched_dataset` asks the
@@ -44,7 +46,14 @@ VTRAIN_VOCAB = 50257  # GPT-2 tokenizer of Megatron-DeepSpeed's GPT examples ("a
 # those code bases: their attention writes the s x s scores to HBM.
 MEASURED_FLASH_ATTENTION = False
 STACKS_FILE = "published_runs_stacks.csv"
-NOT_FITTED = ("fsdp-compiled",)
+# Validated, never fitted: the compiled FSDP runs test the eager stack's fitted element-wise traffic;
+# BigScience's 39 layout trials before BLOOM (ids ``bloomprequel-``; iteration-2 snapshots on Jean
+# Zay) test DeepSpeed at 384 GPUs. Fitted, the trials lowered Ampere's GEMM efficiency (0.776 ->
+# 0.757) and raised the left-out error of the eight other fitted datasets by 5.7 points in sum
+# (80.0 -> 85.7, trainscale calibrate --cv, 2026-12-04): a shortfall of that cluster and those
+# trials, which no generation or stack parameter should absorb.
+NOT_FITTED = ("fsdp-compiled", "deepspeed-trials")
+TRIALS_PREFIX = "bloomprequel-"
 
 # Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
 # NeMo 2.0 performance recipes: Megatron-Core + Transformer Engine (fused attention), sequence
@@ -183,6 +192,8 @@ def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
             dataset = f"{row['stack']}-{run.system.generation}"
             if "compile" in row["id"]:
                 dataset = "fsdp-compiled"
+            if row["id"].startswith(TRIALS_PREFIX):
+                dataset = "deepspeed-trials"
             runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"],
                                     _blank_knobs(row, SEARCHED_KNOBS)))
     return runs
@@ -246,6 +257,7 @@ def predicted_value(m: MeasuredRun, calibration: Mapping[str, float] | None = No
 COORD_NAMES = {"run": "measured run (id)", "dataset": "dataset the run belongs to", "metric": "metric the source reports",
                "model": "model", "source": "where the measurement is published", "gpus": "GPUs",
                "tp": "tensor-parallel degree", "pp": "pipeline-parallel degree", "dp": "data-parallel degree",
+               "global_batch": "global batch (sequences per step)",
                "stack": "software stack", "generation": "GPU generation", "fitted": "used to fit the calibration"}
 
 
@@ -291,6 +303,7 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
             "tp": ("run", np.array([m.run.plan.tp for m in runs], dtype=np.int64)),
             "pp": ("run", np.array([m.run.plan.pp for m in runs], dtype=np.int64)),
             "dp": ("run", np.array([m.run.plan.dp for m in runs], dtype=np.int64)),
+            "global_batch": ("run", np.array([m.run.plan.global_batch for m in runs], dtype=np.int64)),
             "stack": ("run", [m.run.plan.stack for m in runs]),
             "generation": ("run", [m.run.system.generation for m in runs]),
             "fitted": ("run", np.array([m.dataset not in NOT_FITTED for m in runs])),
@@ -298,7 +311,7 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
     )
     for name, long_name in COORD_NAMES.items():
         ds[name].attrs["long_name"] = long_name
-    for name in ("gpus", "tp", "pp", "dp", "fitted"):
+    for name in ("gpus", "tp", "pp", "dp", "global_batch", "fitted"):
         ds[name].attrs["units"] = "1"
     for name in dict.fromkeys(ds["dataset"].values.tolist()):
         key = name.replace("-", "_")
@@ -312,6 +325,36 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
                                 "include_vtrain_single": bool(include_vtrain_single),
                                 "calibration": dict(calibration or {})}))
     return ds
+
+
+MIN_PLANS = 5  # a model measured at one GPU count in at least this many plans is ranked
+
+
+def plan_ranking(ds: xr.Dataset, min_plans: int = MIN_PLANS) -> pd.DataFrame:
+    """Does the model order a planner's choices as measured? For every model of a dataset measured
+    at one GPU count in at least ``min_plans`` plans (layout, micro-batch and global batch; the
+    step-time rows of :func:`validation_dataset`): Spearman's rank correlation of predicted and
+    measured time per sequence (step time / global batch, so plans at different global batches
+    compare), and the regret of trusting the model: how much longer per sequence its fastest plan
+    measured than the measured fastest (0: it picks the best)."""
+    from scipy.stats import spearmanr
+
+    steps = ds.isel(run=np.flatnonzero(ds["metric"].values == "step_time_s"))
+    keys = list(zip(steps["dataset"].values.tolist(), steps["model"].values.tolist(), steps["gpus"].values.tolist()))
+    rows = []
+    for key in dict.fromkeys(keys):
+        sel = np.array([k == key for k in keys])
+        if sel.sum() < min_plans:
+            continue
+        batch = steps["global_batch"].values[sel]
+        measured = steps["measured"].values[sel] / batch
+        predicted = steps["predicted"].values[sel] / batch
+        runs = steps["run"].values[sel]
+        pick, best = int(np.argmin(predicted)), int(np.argmin(measured))
+        rows.append({"dataset": key[0], "model": key[1], "gpus": key[2], "plans": int(sel.sum()),
+                     "spearman": float(spearmanr(predicted, measured)[0]), "model_pick": str(runs[pick]),
+                     "measured_best": str(runs[best]), "regret_%": 100.0 * (measured[pick] / measured[best] - 1.0)})
+    return pd.DataFrame(rows)
 
 
 def summary(ds: xr.Dataset) -> pd.DataFrame:

@@ -351,10 +351,10 @@ def plan_ranking(ds: xr.Dataset, min_plans: int = MIN_PLANS) -> pd.DataFrame:
         predicted = steps["predicted"].values[sel] / batch
         runs = steps["run"].values[sel]
         pick, best = int(np.argmin(predicted)), int(np.argmin(measured))
-        rows.append({"dataset": key[0], "model": key[1], "gpus": key[2], "plans": int(sel.sum()),
-                     "spearman": float(spearmanr(predicted, measured)[0]), "model_pick": str(runs[pick]),
-                     "measured_best": str(runs[best]), "regret_%": 100.0 * (measured[pick] / measured[best] - 1.0)})
-    return pd.DataFrame(rows)
+        rows.append((key[0], key[1], key[2], int(sel.sum()), float(spearmanr(predicted, measured)[0]),
+                     str(runs[pick]), str(runs[best]), 100.0 * (measured[pick] / measured[best] - 1.0)))
+    return pd.DataFrame(rows, columns=["dataset", "model", "gpus", "plans", "spearman", "model_pick",
+                                       "measured_best", "regret_%"])
 
 
 def summary(ds: xr.Dataset) -> pd.DataFrame:

@@ -210,16 +210,23 @@ def test_search_prices_the_compiled_plans():
 
 def test_fp32_gradient_reduction_doubles_the_gradient_bytes():
     """DeepSpeed's BF16_Optimizer reduces its fp32 gradient buffer: the data-parallel reduction moves
-    4 bytes per gradient instead of 2 (the weight all-gather after the step stays 16-bit), and the
-    gradients held take twice the memory."""
+    4 bytes per gradient instead of 2 (the weight all-gather after the step stays 16-bit). It holds
+    that fp32 buffer and keeps the 16-bit gradients too (its pipeline engine zeroes them between
+    micro-batches, never frees them): 6 bytes per gradient, three times the 16-bit case. Megatron's
+    fp32 main gradients replace the 16-bit ones: twice."""
     run = {"id": "g", "model": "gpt3-175b", "system": "dgx-a100-80gb", "gpus": 512,
            "plan": {"tp": 8, "pp": 8, "global_batch": 512, "micro_batch": 1, "zero": 0, "stack": "deepspeed"}}
     half = perfmodel.predict(run)
     full = perfmodel.predict({**run, "plan": {**run["plan"], "grad_reduce_fp32": True}})
     assert full.comm_total_s["dp_comm"] == pytest.approx(2.0 * half.comm_total_s["dp_comm"], rel=0.01)
-    assert full.memory_breakdown_gib["gradients"] == pytest.approx(2.0 * half.memory_breakdown_gib["gradients"],
+    assert full.memory_breakdown_gib["gradients"] == pytest.approx(3.0 * half.memory_breakdown_gib["gradients"],
                                                                    rel=1e-12)
     assert full.step_time_s > half.step_time_s
+    megatron = {**run, "plan": {**run["plan"], "stack": "megatron", "zero": 1}}
+    m_half = perfmodel.predict(megatron)
+    m_full = perfmodel.predict({**megatron, "plan": {**megatron["plan"], "grad_reduce_fp32": True}})
+    assert m_full.memory_breakdown_gib["gradients"] == pytest.approx(
+        2.0 * m_half.memory_breakdown_gib["gradients"], rel=1e-12)
     bloom = [m for m in validation.public_runs() if m.run.id.startswith("bloom176b")]
     assert len(bloom) == 3 and all(m.run.plan.grad_reduce_fp32 for m in bloom)  # BLOOM's BF16_Optimizer, from the CSV
     # the topology trials before training: fp16 (16-bit gradients) until 02-27, the BF16_Optimizer from 02-28

@@ -552,3 +552,28 @@ def memory_side_by_side() -> xr.Dataset:
     ds.attrs.update(provenance({"calculon_file": CALCULON_FILE}), title="trainscale per-GPU memory side by side with Calculon",
                     calculon_commit=rows[0]["calculon_commit"])
     return ds
+
+
+def reported_memory() -> pd.DataFrame:
+    """Per-GPU memory that a public source reports for a run (``memory_reported_GB`` of
+    ``published_runs_stacks.csv``: BigScience's layout trials give nvidia-smi's figure for the
+    embedding stages) beside the model's peak (:attr:`Prediction.memory_gib_per_gpu`). nvidia-smi
+    also counts what PyTorch's caching allocator holds beyond its peak allocation, so the ratio
+    ``predicted / reported`` is at most 1 where the model is right; ``GB`` is nvidia-smi's (MiB / 1024)."""
+    reported = {}
+    with open(catalog.data_path(STACKS_FILE), encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            text = row.get("memory_reported_GB") or ""
+            if not text:
+                continue
+            try:
+                reported[row["id"]] = float(text)
+            except ValueError:
+                raise ValueError(f"{STACKS_FILE}: row {row['id']}: memory_reported_GB = {text!r} is invalid; "
+                                 "valid: a number of GB, or blank") from None
+    rows = []
+    for m in public_runs():
+        if m.run.id in reported:
+            predicted = perfmodel.predict(m.run).memory_gib_per_gpu
+            rows.append((m.run.id, m.dataset, reported[m.run.id], predicted, predicted / reported[m.run.id]))
+    return pd.DataFrame(rows, columns=["run", "dataset", "reported_GB", "predicted_GiB", "ratio"])

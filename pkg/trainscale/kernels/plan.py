@@ -611,7 +611,10 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     Stage ``i`` of 1F1B holds activations of ``min(m, p - i)`` micro-batches (the first stage
     ``p``, Korthikanti et al. 2022 Sec. 4.2.3); interleaving adds the factor ``1 + (p-1)/(p v)``.
     The last stage keeps the logits of its one micro-batch in flight. Expert parameters (mixture of
-    experts) are sharded over the expert-data-parallel ranks.
+    experts) are sharded over the expert-data-parallel ranks. DeepSpeed's BF16_Optimizer
+    (``calib[C_BF16_OPTIMIZER]`` = 1, ZeRO 0-1) holds the 16-bit gradients of every parameter as well
+    as its fp32 accumulation buffer: its pipeline engine only zeroes them between micro-batches
+    (``clear_lp_grads``, then ``update_hp_grads(clear_lp_grads=False)``), 2 more bytes per parameter.
     """
     layers = int(model[M_LAYERS])
     t = float(tp)
@@ -620,6 +623,9 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if model[M_EXPERTS] > 1.0 else 0.0
     w, g, o = state_bytes_per_param(zero, shard_ranks, calib[C_GRAD_BYTES])
     we, ge, oe = state_bytes_per_param(zero, e_shard_ranks, calib[C_GRAD_BYTES])
+    if calib[C_BF16_OPTIMIZER] > 0.0 and zero <= 1:
+        g += BYTES
+        ge += BYTES
     inflight = micro if micro < pp else pp
     factor = 1.0 + (pp - 1.0) / (pp * v) if v > 1 else 1.0
     act = lc[L_ACT_BYTES]

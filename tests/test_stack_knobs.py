@@ -188,7 +188,7 @@ def test_compiled_runs_are_held_out_and_single_node_vtrain_is_fitted():
     datasets = {m.dataset for m in runs}
     assert "fsdp-compiled" not in datasets and "vtrain-single" in datasets
     assert "deepspeed-trials" not in datasets and "deepspeed-ampere" in datasets
-    trials = [m for m in validation.public_runs() if m.run.id.startswith(validation.TRIALS_PREFIX)]
+    trials = [m for m in validation.public_runs() if m.run.id.startswith("bloomprequel-")]
     assert len(trials) == 39 and {m.dataset for m in trials} == {"deepspeed-trials"}
     assert not any(m.run.plan.compiled and m.dataset == "fsdp-compiled" for m in runs)
 
@@ -399,3 +399,18 @@ def test_batch_first_sequence_parallelism_copies_each_collective_once_more(tp):
     # no sequence parallelism, or no tensor parallelism: no collective to reorder
     assert sp_layout_copy_time(tokens, m.hidden, tp, False, hbm, calib_f) == 0.0
     assert sp_layout_copy_time(tokens, m.hidden, 1, True, hbm, calib_f) == 0.0
+
+
+def test_a_public_row_names_only_a_held_out_dataset(tmp_path, monkeypatch):
+    """The ``dataset`` column sets a row apart as a held-out set; any other name is refused with one
+    line naming the row, the field, the value and what is valid."""
+    from trainscale import catalog
+
+    src = catalog.data_path(validation.STACKS_FILE).read_text(encoding="utf-8").splitlines()
+    header = src[0].split(",")
+    assert header[-1] == "dataset"
+    bad = src[1][: src[1].rstrip().rfind(",")] + ",fsdp-compild"
+    (tmp_path / validation.STACKS_FILE).write_text("\n".join([src[0], bad]) + "\n", encoding="utf-8")
+    monkeypatch.setattr(catalog, "data_path", lambda name: tmp_path / name)
+    with pytest.raises(ValueError, match=r"row \S+: dataset = 'fsdp-compild' is invalid; valid: blank"):
+        validation.public_runs()

@@ -10,11 +10,11 @@ Datasets (``MeasuredRun.dataset``):
   layer shows) are fitted too, and printed by ``trainscale validate --all``;
 - ``<stack>-<generation>`` (``megatron-hopper``, ``nemo-hopper``, ``nemo-blackwell``, ``fsdp-hopper``,
   ``fsdp-ampere``, ``deepspeed-ampere``): public runs of other stacks and generations
-  (``data/published_runs_stacks.csv``, sources in ``published_runs_stacks.md``); runs with
-  ``torch.compile`` form ``fsdp-compiled``, which is never fitted: it tests the fitted eager
-  element-wise traffic of FSDP by predicting the same models compiled (plan ``compiled: true``);
-  BigScience's layout trials before BLOOM form ``deepspeed-trials``, never fitted either
-  (:data:`NOT_FITTED` says why).
+  (``data/published_runs_stacks.csv``, sources in ``published_runs_stacks.md``), unless the file's
+  ``dataset`` column names another: the runs with ``torch.compile`` form ``fsdp-compiled``, which is
+  never fitted: it tests the fitted eager element-wise traffic of FSDP by predicting the same models
+  compiled (plan ``compiled: true``); BigScience's layout trials before BLOOM form
+  ``deepspeed-trials``, never fitted either (:data:`NOT_FITTED` says why).
 
 A knob a source leaves blank takes the documented default of its stack and era
 (:data:`UNPUBLISHED_DEFAULTS`), never a value searched per run. :func:`searched_dataset` asks the
@@ -46,14 +46,13 @@ VTRAIN_VOCAB = 50257  # GPT-2 tokenizer of Megatron-DeepSpeed's GPT examples ("a
 # those code bases: their attention writes the s x s scores to HBM.
 MEASURED_FLASH_ATTENTION = False
 STACKS_FILE = "published_runs_stacks.csv"
-# Validated, never fitted: the compiled FSDP runs test the eager stack's fitted element-wise traffic;
-# BigScience's 39 layout trials before BLOOM (ids ``bloomprequel-``; iteration-2 snapshots on Jean
-# Zay) test DeepSpeed at 384 GPUs. Fitted, the trials lowered Ampere's GEMM efficiency (0.776 ->
+# Validated, never fitted (named in the ``dataset`` column of published_runs_stacks.csv): the compiled
+# FSDP runs test the eager stack's fitted element-wise traffic; BigScience's 39 layout trials before
+# BLOOM (iteration-2 snapshots on Jean Zay) test DeepSpeed at 384 GPUs. Fitted, the trials lowered Ampere's GEMM efficiency (0.776 ->
 # 0.757) and raised the left-out error of the eight other fitted datasets by 5.7 points in sum
 # (80.0 -> 85.7, trainscale calibrate --cv, 2026-12-04): a shortfall of that cluster and those
 # trials, which no generation or stack parameter should absorb.
 NOT_FITTED = ("fsdp-compiled", "deepspeed-trials")
-TRIALS_PREFIX = "bloomprequel-"
 
 # Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
 # NeMo 2.0 performance recipes: Megatron-Core + Transformer Engine (fused attention), sequence
@@ -170,6 +169,16 @@ def _public_plan(row: Mapping) -> dict:
     return plan
 
 
+def _public_dataset(row: Mapping, default: str) -> str:
+    """The dataset of a public run: ``<stack>-<generation>``, or a held-out set the ``dataset`` column
+    names (one of :data:`NOT_FITTED`)."""
+    named = row.get("dataset") or ""
+    if named and named not in NOT_FITTED and named != default:
+        raise ValueError(f"{STACKS_FILE}: row {row['id']}: dataset = {named!r} is invalid; valid: blank "
+                         f"({default}) or a held-out set, one of {', '.join(NOT_FITTED)}")
+    return named or default
+
+
 def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
     """Public runs of other stacks and generations (``data/published_runs_stacks.csv``). Rows
     without a published tp and pp cannot be priced; they are left out (appended to ``skipped``)."""
@@ -189,11 +198,7 @@ def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
                     model = dict(ModelSpec.from_catalog(model).__dict__, seq_len=int(row["seq_len"]))
             run = RunSpec.from_dict({"id": row["id"], "model": model, "system": row["system"],
                                      "gpus": int(row["gpus"]), "plan": _public_plan(row)})
-            dataset = f"{row['stack']}-{run.system.generation}"
-            if "compile" in row["id"]:
-                dataset = "fsdp-compiled"
-            if row["id"].startswith(TRIALS_PREFIX):
-                dataset = "deepspeed-trials"
+            dataset = _public_dataset(row, f"{row['stack']}-{run.system.generation}")
             runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"],
                                     _blank_knobs(row, SEARCHED_KNOBS)))
     return runs

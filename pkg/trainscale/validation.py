@@ -48,10 +48,10 @@ MEASURED_FLASH_ATTENTION = False
 STACKS_FILE = "published_runs_stacks.csv"
 # Validated, never fitted (named in the ``dataset`` column of published_runs_stacks.csv): the compiled
 # FSDP runs test the eager stack's fitted element-wise traffic; BigScience's 39 layout trials before
-# BLOOM (iteration-2 snapshots on Jean Zay) test DeepSpeed at 384 GPUs. Fitted, the trials lowered Ampere's GEMM efficiency (0.776 ->
-# 0.757) and raised the left-out error of the eight other fitted datasets by 5.7 points in sum
-# (80.0 -> 85.7, trainscale calibrate --cv, 2026-12-04): a shortfall of that cluster and those
-# trials, which no generation or stack parameter should absorb.
+# BLOOM (iteration-2 snapshots on Jean Zay) test DeepSpeed at 384 GPUs. Fitted, the trials lowered
+# Ampere's GEMM efficiency (0.776 -> 0.757) and raised the left-out error of the eight other fitted
+# datasets by 5.7 points in sum (80.0 -> 85.7, trainscale calibrate --cv, 2026-12-04): a shortfall
+# of that cluster and those trials, which no generation or stack parameter should absorb.
 NOT_FITTED = ("fsdp-compiled", "deepspeed-trials")
 
 # Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
@@ -84,6 +84,7 @@ class MeasuredRun:
     measured: float
     source: str
     unpublished: tuple = ()  # plan knobs (of SEARCHED_KNOBS) the source leaves blank
+    memory_reported_GB: float = float("nan")  # per-GPU memory the source reports (NaN: none)
 
 
 # The knobs a planner tunes that sources often leave blank, and the values searched for them when
@@ -179,6 +180,15 @@ def _public_dataset(row: Mapping, default: str) -> str:
     return named or default
 
 
+def _reported_memory_GB(row: Mapping) -> float:
+    text = row.get("memory_reported_GB") or ""
+    try:
+        return float(text) if text else float("nan")
+    except ValueError:
+        raise ValueError(f"{STACKS_FILE}: row {row['id']}: memory_reported_GB = {text!r} is invalid; "
+                         "valid: a number of GB, or blank") from None
+
+
 def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
     """Public runs of other stacks and generations (``data/published_runs_stacks.csv``). Rows
     without a published tp and pp cannot be priced; they are left out (appended to ``skipped``)."""
@@ -200,7 +210,7 @@ def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
                                      "gpus": int(row["gpus"]), "plan": _public_plan(row)})
             dataset = _public_dataset(row, f"{row['stack']}-{run.system.generation}")
             runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"],
-                                    _blank_knobs(row, SEARCHED_KNOBS)))
+                                    _blank_knobs(row, SEARCHED_KNOBS), _reported_memory_GB(row)))
     return runs
 
 
@@ -498,7 +508,7 @@ def searched_summary(ds: xr.Dataset) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("dataset")
 
 
-__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "SEARCH_RANGES", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
+__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "SEARCH_RANGES", "NOT_FITTED", "plan_ranking", "reported_memory", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
            "table"]
 
 
@@ -565,20 +575,9 @@ def reported_memory() -> pd.DataFrame:
     embedding stages) beside the model's peak (:attr:`Prediction.memory_gib_per_gpu`). nvidia-smi
     also counts what PyTorch's caching allocator holds beyond its peak allocation, so the ratio
     ``predicted / reported`` is at most 1 where the model is right; ``GB`` is nvidia-smi's (MiB / 1024)."""
-    reported = {}
-    with open(catalog.data_path(STACKS_FILE), encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            text = row.get("memory_reported_GB") or ""
-            if not text:
-                continue
-            try:
-                reported[row["id"]] = float(text)
-            except ValueError:
-                raise ValueError(f"{STACKS_FILE}: row {row['id']}: memory_reported_GB = {text!r} is invalid; "
-                                 "valid: a number of GB, or blank") from None
     rows = []
     for m in public_runs():
-        if m.run.id in reported:
+        if np.isfinite(m.memory_reported_GB):
             predicted = perfmodel.predict(m.run).memory_gib_per_gpu
-            rows.append((m.run.id, m.dataset, reported[m.run.id], predicted, predicted / reported[m.run.id]))
+            rows.append((m.run.id, m.dataset, m.memory_reported_GB, predicted, predicted / m.memory_reported_GB))
     return pd.DataFrame(rows, columns=["run", "dataset", "reported_GB", "predicted_GiB", "ratio"])

@@ -83,6 +83,8 @@ def test_validate_prints_the_searched_runs(capsys):
     datasets = {row["dataset"] for row in got["summary"]}
     assert {"published", "megatron-hopper"} <= datasets
     assert all(row["rel_error_searched"] is not None for row in got["runs"])
+    runs = [row["run"] for row in got["runs"]]
+    assert len(runs) == len(set(runs)) == sum(row["runs"] for row in got["summary"]), "each run once"
 
 
 def test_narrower_search_ranges_are_never_faster_and_bound_the_reported_range(searched):

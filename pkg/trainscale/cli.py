@@ -430,7 +430,8 @@ def _validate_searched(args, validation) -> int:
     """``validate --search-unpublished``: the runs whose source leaves a knob blank, with those knobs
     searched (validation.searched_dataset) beside their stack's defaults."""
     ds = validation.searched_dataset()
-    df = ds.to_dataframe().reset_index()
+    # one row per run: the narrower ranges (dim search_range) are summarised, not listed
+    df = ds.drop_dims("search_range").to_dataframe().reset_index()
     summary = validation.searched_summary(ds).reset_index()
     if args.json:
         _dump_json({"runs": df.to_dict(orient="records"), "summary": summary.to_dict(orient="records")})

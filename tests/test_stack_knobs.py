@@ -414,3 +414,50 @@ def test_a_public_row_names_only_a_held_out_dataset(tmp_path, monkeypatch):
     monkeypatch.setattr(catalog, "data_path", lambda name: tmp_path / name)
     with pytest.raises(ValueError, match=r"row \S+: dataset = 'fsdp-compild' is invalid; valid: blank"):
         validation.public_runs()
+
+
+def _interleaved_run(stack, layers=84, pp=2, v=8):
+    model = dataclasses.replace(resolve_model("llama2-7b"), name=f"llama-l{layers}", layers=layers)
+    plan = {"tp": 8, "pp": pp, "dp": 1, "interleave": v, "micro_batch": 1, "global_batch": 8 * pp,
+            "recompute": "full", "stack": stack}
+    return model, plan
+
+
+def test_megatron_refuses_an_uneven_interleaved_split_and_nemo_prices_it():
+    """Megatron-LM builds layers / (pp * interleave) layers in every chunk and asserts the split is even
+    (arguments.py); NeMo 2.0's recipes run uneven chunks (Llama 3.1 405B: 126 layers at PP 8, VP 8)."""
+    model, plan = _interleaved_run("megatron")  # 84 layers over 2 x 8 chunks: 5.25 per chunk
+    system = resolve_system("dgx-a100-80gb")
+    with pytest.raises(SpecError) as err:
+        RunSpec.from_dict({"id": "uneven", "model": dataclasses.asdict(model), "system": system.name, "gpus": 16,
+                           "plan": plan})
+    message = str(err.value)
+    assert "plan.interleave" in message and "8" in message and "layers = 84" in message and "\n" not in message
+    run = RunSpec(id="uneven", model=model, system=system, plan=perfmodel.PlanSpec(**plan))
+    refused = perfmodel.predict(run)
+    assert not np.isfinite(refused.step_time_s) and refused.reason == K.REASONS[K.R_UNEVEN_CHUNKS]
+    even = perfmodel.predict(dataclasses.replace(run, plan=dataclasses.replace(run.plan, interleave=6)))
+    assert np.isfinite(even.step_time_s) and even.reason is None  # 84 = 2 x 6 x 7
+    nemo = perfmodel.predict(dataclasses.replace(run, plan=dataclasses.replace(run.plan, stack="nemo")))
+    assert np.isfinite(nemo.step_time_s) and nemo.reason is None
+
+
+def test_a_megatron_search_skips_uneven_interleaving():
+    """The grid masks exactly the interleaved megatron plans whose chunks would differ in size, with
+    their own reason; the same space under nemo keeps them."""
+    model, _ = _interleaved_run("megatron", layers=84)
+    system = resolve_system("dgx-a100-80gb")
+    space = {"tp": [8], "pp": [2, 4], "cp": [1], "interleave": [1, 2, 3, 4, 6, 8], "micro_batch": [1],
+             "recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
+             "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0], "tp_comm_overlap": [0]}
+    space = {k: v for k, v in space.items() if k in perfmodel.GRID_AXES}
+    grids = {stack: perfmodel.search(model, system, 64, 512, top=1, space=space, stack=stack)[0]
+             for stack in ("megatron", "nemo")}
+    reason = grids["megatron"]["reason"]
+    for pp in (2, 4):
+        for v in (1, 2, 3, 4, 6, 8):
+            code = int(reason.sel(pp=pp, interleave=v).values.ravel()[0])
+            uneven = v > 1 and 84 % (pp * v) != 0
+            assert (code == K.R_UNEVEN_CHUNKS) == uneven, (pp, v, code)
+            nemo_code = int(grids["nemo"]["reason"].sel(pp=pp, interleave=v).values.ravel()[0])
+            assert nemo_code != K.R_UNEVEN_CHUNKS

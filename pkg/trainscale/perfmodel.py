@@ -157,6 +157,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
                                 else recompute_share)
     vec[K.C_BF16_OPTIMIZER] = 1.0 if grad_reduce_fp32 and stack_fixed["fp32_grads_allreduced"]["value"] else 0.0
     vec[K.C_SP_LAYOUT_COPY] = 1.0 if stack_fixed["sp_batch_first_copies"]["value"] else 0.0
+    vec[K.C_EVEN_SPLIT] = 1.0 if stack_fixed["interleave_even_split"]["value"] else 0.0
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
     fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
     vec[K.C_ATTN_EFF] = fixed["fa2_attention_efficiency"]["value"] if fa2 else 1.0

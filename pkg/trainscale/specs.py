@@ -533,6 +533,11 @@ class PlanSpec:
             raise SpecError("plan.ep", self.ep, f"must divide experts = {model.experts}", where)
         if self.interleave > 1 and self.pp == 1:
             raise SpecError("plan.interleave", self.interleave, "interleaving needs pp > 1", where)
+        if (self.interleave > 1 and model.layers % (self.pp * self.interleave)
+                and catalog.calibration()["stacks"][self.stack]["fixed"]["interleave_even_split"]["value"]):
+            raise SpecError("plan.interleave", self.interleave,
+                            f"the {self.stack} stack builds the same number of layers in every interleaved chunk: "
+                            f"pp*interleave = {self.pp * self.interleave} must divide layers = {model.layers}", where)
         if self.interleave > 1 and self.micro_batches % self.pp:
             raise SpecError("plan.interleave", self.interleave,
                             f"the interleaved schedule needs micro-batches ({self.micro_batches}) "

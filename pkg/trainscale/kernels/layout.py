@@ -63,7 +63,8 @@ C_ATTN_EFF = 15  # per stack and generation: fused attention kernel's efficiency
 C_OVERLAP_SLOWDOWN = 16  # common: slowdown of computation while a collective runs beside it (0: none)
 C_ATTN_BWD_EFF = 17  # common: fused attention backward's efficiency relative to its forward's
 C_SP_LAYOUT_COPY = 18  # per stack: 1 where sequence-parallel collectives gather / scatter a batch-first tensor along its sequence dim (one extra HBM copy of the full tensor each)
-C_SIZE = 19
+C_EVEN_SPLIT = 19  # per stack: 1 where an interleaved schedule needs every model chunk to hold the same number of layers (Megatron-LM)
+C_SIZE = 20
 
 # recomputation modes
 RC_NONE = 0
@@ -159,6 +160,7 @@ REASONS = (
     "shard_group does not divide dp",
     "does not fit in accelerator memory",
     "ep does not divide the experts and dp (or ep > 1 on a dense model)",
+    "the stack splits layers evenly over interleaved chunks: pp*interleave must divide the layers",
 )
 R_OK = 0
 R_TP_HEADS = 1
@@ -171,3 +173,4 @@ R_INTERLEAVE = 7
 R_SHARD = 8
 R_MEMORY = 9
 R_EP = 10
+R_UNEVEN_CHUNKS = 11

@@ -51,7 +51,7 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -63,7 +63,7 @@ from .layout import (
     O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
     O_MEM_WEIGHTS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_ACTIVATIONS, O_MEM_TRANSIENT, O_MEM_BUFFERS, O_MEM_RESERVED,
     O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL,
-    R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV,
+    R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV, R_UNEVEN_CHUNKS,
     RC_FULL, RC_SELECTIVE,
     S_HBM_BW, S_HBM_BYTES, S_HOP_LAT, S_IDLE_W, S_LEAF_GPUS, S_OVERSUB, S_PEAK_FLOPS, S_SCALE_OUT_BW,
     S_SCALE_OUT_LAT, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS, S_TDP_W,
@@ -676,10 +676,12 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     for i in range(out.shape[0]):
         out[i] = math.nan
     reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep)
+    layers = int(model[M_LAYERS])
+    if reason == R_OK and v > 1 and calib[C_EVEN_SPLIT] > 0.0 and layers % (pp * v) != 0:
+        reason = R_UNEVEN_CHUNKS  # the stack builds layers / (pp v) layers in every chunk (Megatron-LM)
     out[O_REASON] = reason
     if reason != R_OK:
         return
-    layers = int(model[M_LAYERS])
     n_shard = shard if shard > 0 else dp
     micro = gb // (dp * mb)
     moe = model[M_EXPERTS] > 1.0

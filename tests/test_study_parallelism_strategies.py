@@ -145,11 +145,29 @@ def test_compare_records_are_well_formed(tmp_path):
     ratio = next(r for r in records if r.quantity.startswith("PTD-P over ZeRO-3"))
     assert ratio.paper_value == pytest.approx(149 / 88) and ratio.neutral == 1.0
     assert ratio.our_value == pytest.approx(float(scaling["paper_plan_tflops_per_gpu"].isel(model=0, doubling=1)) /
-                                            float(scaling["hardware_tflops_per_gpu"].sel(strategy="zero-3").isel(
-                                                model=0, doubling=1)))
+                                            float(scaling["paper_zero3_tflops_per_gpu"].isel(model=0, doubling=1)))
+    zero3 = next(r for r in records if r.quantity == "ZeRO-3 TFLOP/s per GPU, 175B, 768 GPUs")
+    assert "micro-batch (2)" in zero3.our_setting and "searched best ZeRO-3 micro-batch" in zero3.reason
     best = records[-1]
     assert best.our_value == int(ps.best_tp(sweep).sel(global_batch=32)) and best.same_setting
     assert comparison.diff_records(records, ps.compare(tmp_path)) == []  # deterministic
+
+
+def test_zero3_at_table_2_micro_batch_is_the_published_run_priced():
+    """Table 2 states each ZeRO-3 row's micro-batch (global batch / GPUs: 4, 2, 1 for 175B); the study prices
+    ZeRO-3 there first, and gets exactly what validation predicts for the published rows of
+    data/published_runs.csv (the same plan, stack and software)."""
+    from trainscale import validation
+    scaling = ps.strategy_scaling(["gpt-175b"], [384], [1536], doublings=3, strategies=("zero-3",))
+    rows = {m.run.gpus: m for m in validation.published_runs() if m.run.id.startswith("meg21-t2-175b-zero3")}
+    assert sorted(rows) == [384, 768, 1536]
+    for k, gpus in enumerate((384, 768, 1536)):
+        m = rows[gpus]
+        assert m.run.plan.micro_batch == ps.PAPER_TABLE2[(96, 12288)]["zero3_micro_batch"][gpus] == 1536 // gpus
+        ours = float(scaling["paper_zero3_tflops_per_gpu"].isel(model=0, doubling=k))
+        assert ours == pytest.approx(perfmodel.predict(m.run).hardware_tflops_per_gpu, rel=1e-9)
+        best = float(scaling["hardware_tflops_per_gpu"].sel(strategy="zero-3").isel(model=0, doubling=k))
+        assert best >= ours * (1 - 1e-9)  # the searched micro-batch is never worse
 
 
 # --------------------------------------------------------------------------- quick workflow plumbing

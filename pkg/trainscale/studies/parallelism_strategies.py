@@ -84,14 +84,18 @@ STUDY_MODELS = {
 #: only (figures show model numbers). Keyed by (layers, hidden): 174.6B and 529.6B GPT.
 #: The ZeRO-3 rows of 175B are also in ``data/published_runs.csv``. ``model_parallel`` is the PTD-P
 #: runs' (tp, pp): model-parallel size 96 and 280 with tp = 8 (Sec. 5.2), micro-batch 1.
+#: ``zero3_micro_batch``: Table 2's micro-batch of each ZeRO-3 row (one micro-batch per GPU per step:
+#: global batch / GPUs), as ``data/published_runs.csv`` carries it for 175B.
 PAPER_TABLE2 = {
     (96, 12288): {"label": "175B", "global_batch": 1536,
                   "ptd-p": {384: 153.0, 768: 149.0, 1536: 141.0},
                   "zero-3": {384: 144.0, 768: 88.0, 1536: 44.0},
+                  "zero3_micro_batch": {384: 4, 768: 2, 1536: 1},
                   "doubled_gpus": 768, "model_parallel": (8, 12)},
     (105, 20480): {"label": "530B", "global_batch": 2240,
                    "ptd-p": {560: 171.0, 1120: 167.0, 2240: 159.0},
                    "zero-3": {640: 138.0, 1120: 98.0, 2240: 48.0},  # 640 GPUs at batch 2560
+                   "zero3_micro_batch": {640: 4, 1120: 2, 2240: 1},
                    "doubled_gpus": 1120, "model_parallel": (8, 35)},
 }
 PAPER_SOURCE = "Narayanan et al. 2021 (arXiv 2104.04473) Table 2 and Sec. 5.2"
@@ -243,6 +247,10 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
         "units": "TFLOP/s", "long_name": "PTD-P with the paper's plan (Table 2: tp 8, its pp, micro-batch 1), "
                                          "hardware FLOP rate per GPU (NaN: no Table 2 plan)"})
     if "zero-3" in strategies:
+        ds["paper_zero3_tflops_per_gpu"] = (("model", "doubling"), _paper_zero3(specs, system_spec, gpus, batch), {
+            "units": "TFLOP/s", "long_name": "ZeRO-3 at Table 2's micro-batch (tp = pp = 1, the zero-3 strategy's "
+                                             "software), hardware FLOP rate per GPU (NaN: no Table 2 row)"})
+    if "zero-3" in strategies:
         ref = ds["tokens_per_s"].sel(strategy="zero-3")
         ds["speedup_vs_zero3"] = (ds["tokens_per_s"] / ref).assign_attrs(
             units="1", long_name="throughput over ZeRO-3's at the same GPU count")
@@ -252,6 +260,32 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
     ds.attrs["system"] = system_spec.name
     ds.attrs["gpus_per_node"] = int(system_spec.gpus_per_node)
     return ds
+
+
+def _paper_zero3(specs, system, gpus, batch) -> np.ndarray:
+    """ZeRO-3's hardware TFLOP/s per GPU at Table 2's micro-batch, per (model, doubling); NaN where
+    Table 2 has no ZeRO-3 row at that GPU count and batch, or the plan does not fit."""
+    out = np.full(gpus.shape, np.nan)
+    software = {k: v[0] for k, v in strategy_space("zero-3", specs[0], system, 1, 1).items()
+                if k not in ("micro_batch", "tp", "pp")} if specs else {}
+    for i, model in enumerate(specs):
+        ref = paper_reference(model)
+        if ref is None or batch[i] != ref["global_batch"]:
+            continue
+        for k, n in enumerate(gpus[i]):
+            micro = ref["zero3_micro_batch"].get(int(n))
+            if micro is None:
+                continue
+            plan = PlanSpec(tp=1, pp=1, dp=int(n), micro_batch=micro, global_batch=batch[i],
+                            recompute=software["recompute"], flash_attention=bool(software["flash_attention"]),
+                            sequence_parallel=bool(software["sequence_parallel"]), zero=software["zero"],
+                            zero3_per_tensor=bool(software["zero3_per_tensor"]),
+                            overlap_grad_reduce=bool(software["overlap_grad_reduce"]),
+                            stack=strategy_stack("zero-3"))
+            p = perfmodel.predict(RunSpec(id="paper-zero3", model=model, system=system, plan=plan))
+            if p.fits:
+                out[i, k] = p.hardware_tflops_per_gpu
+    return out
 
 
 def tp_pp_sweep(model: str = "gpt-161b", gpus: int = 64, global_batches: Sequence[int] = (32, 128),
@@ -378,12 +412,21 @@ __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "STRATEGIES", "PAPER_SOFT
            "tp_pp_sweep"]
 
 
+def _zero3_at_paper_micro_batch(ds: xr.Dataset, rate: xr.DataArray, model: str, k: int) -> float:
+    """ZeRO-3's TFLOP/s at Table 2's micro-batch (the study's searched best where a dataset predates
+    ``paper_zero3_tflops_per_gpu``)."""
+    if "paper_zero3_tflops_per_gpu" in ds:
+        return float(ds["paper_zero3_tflops_per_gpu"].sel(model=model).isel(doubling=k))
+    return float(rate.sel(model=model, strategy="zero-3", doubling=k))
+
+
 def compare(folder) -> list[comparison.Record]:
     """Paper-vs-ours records from the saved datasets in ``folder`` (``strategies.nc``, ``tp_pp_sweep.nc``):
 
     * PTD-P over ZeRO-3 at twice the GPUs (Table 2's 768 and 1120 GPUs), PTD-P with the paper's own plan
-      (tp 8, its pp, micro-batch 1) against ZeRO-3 at its best micro-batch;
-    * every Table 2 point the sweep holds: PTD-P with the paper's plan, ZeRO-3 at its best micro-batch;
+      (tp 8, its pp, micro-batch 1) against ZeRO-3 at Table 2's micro-batch (global batch / GPUs);
+    * every Table 2 point the sweep holds: PTD-P with the paper's plan, ZeRO-3 at Table 2's micro-batch
+      (the searched best of each in the note);
     * the best tensor-parallel degree of Fig. 13's split of 64 GPUs, per global batch.
     """
     folder = Path(folder)
@@ -403,9 +446,10 @@ def compare(folder) -> list[comparison.Record]:
         g2 = ref["doubled_gpus"]
         if g2 in gpus and "zero-3" in ds["strategy"].values:
             k = gpus.index(g2)
-            zero3 = float(rate.sel(model=model, strategy="zero-3", doubling=k))
+            zero3 = _zero3_at_paper_micro_batch(ds, rate, model, k)
             ours = float(ds["paper_plan_tflops_per_gpu"].sel(model=model).isel(doubling=k)) / zero3
-            searched = float(rate.sel(model=model, strategy="ptd-p", doubling=k)) / zero3 if "ptd-p" in \
+            best_zero3 = float(rate.sel(model=model, strategy="zero-3", doubling=k))
+            searched = float(rate.sel(model=model, strategy="ptd-p", doubling=k)) / best_zero3 if "ptd-p" in \
                 ds["strategy"].values else float("nan")
             records.append(comparison.numeric(
                 STUDY, f"PTD-P over ZeRO-3 throughput at {g2} GPUs, {label}", "x",
@@ -413,10 +457,11 @@ def compare(folder) -> list[comparison.Record]:
                 paper_setting=(f"Table 2: {ref['ptd-p'][g2]:.0f} vs {ref['zero-3'][g2]:.0f} TFLOP/s per GPU at {g2} "
                                f"A100s, batch {ref['global_batch']} (twice the GPUs of the first PTD-P row)"),
                 our_value=ours, our_setting=f"PTD-P with the paper's plan (tp {ref['model_parallel'][0]}, pp "
-                                            f"{ref['model_parallel'][1]}, micro-batch 1) over ZeRO-3 at its best "
-                                            f"micro-batch, {where}",
+                                            f"{ref['model_parallel'][1]}, micro-batch 1) over ZeRO-3 at Table 2's "
+                                            f"micro-batch ({ref['zero3_micro_batch'][g2]}), {where}",
                 same_setting=same_batch, neutral=1.0,
-                note=f"the study's searched best PTD-P plan (micro-batch, interleaving) gives {searched:.2f}x"))
+                note=(f"the study's searched best plans (PTD-P: micro-batch, interleaving; ZeRO-3: micro-batch) "
+                      f"give {searched:.2f}x")))
         for strategy in ("ptd-p", "zero-3"):
             if strategy == "zero-3" and "zero-3" not in ds["strategy"].values:
                 continue
@@ -430,9 +475,13 @@ def compare(folder) -> list[comparison.Record]:
                     note = ("the performance model's calibration is fitted jointly to every stack and GPU generation; "
                             "it overestimates the large Megatron runs (within 0-5% when fitted to Ampere only)")
                 else:
-                    ours = float(rate.sel(model=model, strategy="zero-3", doubling=k))
-                    how = "ZeRO-3 (tp = pp = 1, DeepSpeed's per-tensor fetches) at its best micro-batch"
-                    note = "the paper's ZeRO-3 micro-batch is not stated; ours is searched"
+                    ours = _zero3_at_paper_micro_batch(ds, rate, model, k)
+                    best_zero3 = float(rate.sel(model=model, strategy="zero-3", doubling=k))
+                    how = (f"ZeRO-3 (tp = pp = 1, DeepSpeed's per-tensor fetches) at Table 2's micro-batch "
+                           f"({ref['zero3_micro_batch'][g]})")
+                    note = (f"the study's searched best ZeRO-3 micro-batch "
+                            f"({int(ds['micro_batch'].sel(model=model, strategy='zero-3').isel(doubling=k))}) "
+                            f"gives {best_zero3:.0f} TFLOP/s")
                 records.append(comparison.numeric(
                     STUDY, f"{'PTD-P' if strategy == 'ptd-p' else 'ZeRO-3'} TFLOP/s per GPU, {label}, {g} GPUs",
                     "TFLOP/s", paper_value=measured,

@@ -37,7 +37,7 @@ import xarray as xr
 
 from . import catalog, perfmodel
 from .io import provenance
-from .specs import ModelSpec, PlanSpec, RunSpec, SystemSpec
+from .specs import ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec
 
 VTRAIN_SYSTEM = "dgx-a100-80gb"
 VTRAIN_SCALE_OUT_GBps = 12.5  # vTrain's README: 800 Gb/s per 8-GPU node between nodes
@@ -508,7 +508,7 @@ def searched_summary(ds: xr.Dataset) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("dataset")
 
 
-__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "SEARCH_RANGES", "NOT_FITTED", "plan_ranking", "reported_memory", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
+__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "SEARCH_RANGES", "NOT_FITTED", "plan_ranking", "reported_memory", "nccl_allreduce", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
            "table"]
 
 
@@ -567,6 +567,32 @@ def memory_side_by_side() -> xr.Dataset:
     ds.attrs.update(provenance({"calculon_file": CALCULON_FILE}), title="trainscale per-GPU memory side by side with Calculon",
                     calculon_commit=rows[0]["calculon_commit"])
     return ds
+
+
+NCCL_TESTS_FILE = "nccl_allreduce_a100.csv"
+
+
+def nccl_allreduce(system: str = VTRAIN_SYSTEM, calibration: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """Intra-node all-reduce times measured with nccl-tests on vTrain's A100 node (2-8 GPUs, 1 MiB to
+    1 GiB; ``data/vtrain/nccl_allreduce_a100.csv``, the mean of nccl-tests' out-of-place and in-place
+    columns) beside :func:`trainscale.perfmodel.collective_time_s` on ``system``: a check of the
+    collective formulas on measurements never fitted. ``regime`` is ``latency`` up to 16 MiB,
+    ``bandwidth`` from 256 MiB, ``mixed`` between."""
+    path = vtrain_dir() / NCCL_TESTS_FILE
+    table = pd.read_csv(path)
+    expected = ["gpus", "size_bytes", "time_out_of_place_ns", "time_in_place_ns"]
+    if list(table.columns) != expected:
+        raise SpecError(str(path), list(table.columns), f"expected the columns {', '.join(expected)}")
+    spec = SystemSpec.from_catalog(system) if isinstance(system, str) else system
+    measured = 0.5 * (table["time_out_of_place_ns"] + table["time_in_place_ns"]) / 1e3
+    predicted = [1e6 * perfmodel.collective_time_s(spec, "allreduce", float(b), int(n), calibration=calibration)
+                 for n, b in zip(table["gpus"], table["size_bytes"])]
+    size_mib = table["size_bytes"] / 2**20
+    out = pd.DataFrame({"gpus": table["gpus"], "size_MiB": size_mib, "measured_us": measured,
+                        "predicted_us": predicted})
+    out["rel_error"] = out["predicted_us"] / out["measured_us"] - 1.0
+    out["regime"] = np.where(size_mib <= 16, "latency", np.where(size_mib >= 256, "bandwidth", "mixed"))
+    return out
 
 
 def reported_memory() -> pd.DataFrame:

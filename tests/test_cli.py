@@ -341,6 +341,17 @@ def test_search_rejects_bad_knobs_in_one_line(capsys, args, field):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and field in err, err
 
 
+def test_search_names_the_reasons_no_plan_is_valid(capsys):
+    """Every plan masked: the message gives the grid's reasons with their counts, here Megatron's even
+    split of 96 layers over pp 12 x interleave 5 chunks among them (not a claim that no split divides
+    the GPUs)."""
+    assert main(["search", "--model", "gpt3-175b", "--system", "dgx-a100-80gb", "--gpus", "384",
+                 "--global-batch", "1536", "--fix", "tp=8", "pp=12", "interleave=5", "cp=1"]) == 0
+    out = capsys.readouterr().out
+    assert "no valid plan" in out and "pp*interleave must divide the layers" in out
+    assert "fits in memory" not in out.split("no valid plan")[1]
+
+
 def test_search_says_when_no_split_divides_the_gpus(capsys):
     assert main(["search", "--model", "llama2-7b", "--system", "dgx-h100", "--gpus", "7", "--global-batch", "8",
                  "--fix", "tp=2"]) == 0

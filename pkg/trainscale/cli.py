@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -310,11 +311,15 @@ def cmd_search(args) -> int:
 
 
 def _no_plan_reason(grid, args) -> str:
-    """Why a search found nothing: no plan fits in memory, or no split of the GPUs exists at all."""
+    """Why a search found nothing: no plan fits in memory, or every plan of the space is invalid, with
+    the reasons the grid gives (``reason``), most frequent first."""
     if np.isfinite(grid["step_time_s"].values).any():
         return "no plan fits in memory"
-    return (f"no valid plan: no tp x pp x cp x dp split of the space divides {args.gpus} GPUs and a global batch "
-            f"of {args.global_batch} (no plan was priced, so none was too big for memory)")
+    names = grid["reason"].attrs["reasons"]
+    counts = Counter(int(code) for code in grid["reason"].values.ravel())
+    why = "; ".join(f"{names[code]} ({n} of {grid['reason'].size} plans)" for code, n in counts.most_common())
+    return (f"no valid plan for {args.gpus} GPUs and a global batch of {args.global_batch}: {why} "
+            f"(no plan was priced, so none was too big for memory)")
 
 
 def cmd_plan(args) -> int:

@@ -179,6 +179,21 @@ def test_config_quick_values_match_notebook_defaults():
                 assert cell.outputs == [] and cell.execution_count is None, f"{study}: strip outputs"
 
 
+def test_papermill_sees_every_notebook_parameter():
+    """`papermill --help-notebook` and papermill's type hints read each parameter line; a line it cannot
+    parse (an '=' in its comment did) makes papermill warn 'Passed unknown parameter' on every run."""
+    import papermill
+
+    config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    for study in config["studies"]:
+        path = REPO_ROOT / "notebooks" / f"{study}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        defaults = {}
+        exec(cell.source, {}, defaults)
+        assert set(papermill.inspect_notebook(str(path))) == set(defaults), study
+
+
 # --- the quick run ------------------------------------------------------------------------
 
 

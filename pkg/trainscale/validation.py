@@ -572,7 +572,7 @@ def memory_side_by_side() -> xr.Dataset:
 NCCL_TESTS_FILE = "nccl_allreduce_a100.csv"
 
 
-def nccl_allreduce(system: str = VTRAIN_SYSTEM, calibration: Mapping[str, float] | None = None) -> pd.DataFrame:
+def nccl_allreduce(system: str | SystemSpec = VTRAIN_SYSTEM, calibration: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Intra-node all-reduce times measured with nccl-tests on vTrain's A100 node (2-8 GPUs, 1 MiB to
     1 GiB; ``data/vtrain/nccl_allreduce_a100.csv``, the mean of nccl-tests' out-of-place and in-place
     columns) beside :func:`trainscale.perfmodel.collective_time_s` on ``system``: a check of the
@@ -583,9 +583,8 @@ def nccl_allreduce(system: str = VTRAIN_SYSTEM, calibration: Mapping[str, float]
     expected = ["gpus", "size_bytes", "time_out_of_place_ns", "time_in_place_ns"]
     if list(table.columns) != expected:
         raise SpecError(str(path), list(table.columns), f"expected the columns {', '.join(expected)}")
-    spec = SystemSpec.from_catalog(system) if isinstance(system, str) else system
     measured = 0.5 * (table["time_out_of_place_ns"] + table["time_in_place_ns"]) / 1e3
-    predicted = [1e6 * perfmodel.collective_time_s(spec, "allreduce", float(b), int(n), calibration=calibration)
+    predicted = [1e6 * perfmodel.collective_time_s(system, "allreduce", float(b), int(n), calibration=calibration)
                  for n, b in zip(table["gpus"], table["size_bytes"])]
     size_mib = table["size_bytes"] / 2**20
     out = pd.DataFrame({"gpus": table["gpus"], "size_MiB": size_mib, "measured_us": measured,

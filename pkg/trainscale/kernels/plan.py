@@ -408,8 +408,9 @@ def power_draw(idle_w, tdp_w, compute_share, memory_share, gemm_busy_s, hbm_busy
 
 
 @njit(cache=True)
-def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1):
-    """Why a plan is structurally invalid (``R_*``), or ``R_OK``."""
+def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1, even_split=False):
+    """Why a plan is structurally invalid (``R_*``), or ``R_OK``. ``even_split``: the stack builds
+    ``layers / (pp v)`` layers in every interleaved chunk (Megatron-LM), so pp·v must divide the layers."""
     if int(model[M_HEADS]) % tp != 0:
         return R_TP_HEADS
     if int(model[M_KV_HEADS]) % tp != 0:
@@ -430,6 +431,8 @@ def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1):
         experts = int(model[M_EXPERTS])
         if ep < 1 or experts <= 1 or experts % ep != 0 or dp % ep != 0:
             return R_EP
+    if even_split and v > 1 and int(model[M_LAYERS]) % (pp * v) != 0:
+        return R_UNEVEN_CHUNKS
     return R_OK
 
 
@@ -675,13 +678,11 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     of one plan, given its layer costs ``lc`` from :func:`layer_costs` (priced with the same ``ep``)."""
     for i in range(out.shape[0]):
         out[i] = math.nan
-    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep)
-    layers = int(model[M_LAYERS])
-    if reason == R_OK and v > 1 and calib[C_EVEN_SPLIT] > 0.0 and layers % (pp * v) != 0:
-        reason = R_UNEVEN_CHUNKS  # the stack builds layers / (pp v) layers in every chunk (Megatron-LM)
+    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0)
     out[O_REASON] = reason
     if reason != R_OK:
         return
+    layers = int(model[M_LAYERS])
     n_shard = shard if shard > 0 else dp
     micro = gb // (dp * mb)
     moe = model[M_EXPERTS] > 1.0

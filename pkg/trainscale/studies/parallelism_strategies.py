@@ -250,7 +250,6 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
         ds["paper_zero3_tflops_per_gpu"] = (("model", "doubling"), _paper_zero3(specs, system_spec, gpus, batch), {
             "units": "TFLOP/s", "long_name": "ZeRO-3 at Table 2's micro-batch (tp = pp = 1, the zero-3 strategy's "
                                              "software), hardware FLOP rate per GPU (NaN: no Table 2 row)"})
-    if "zero-3" in strategies:
         ref = ds["tokens_per_s"].sel(strategy="zero-3")
         ds["speedup_vs_zero3"] = (ds["tokens_per_s"] / ref).assign_attrs(
             units="1", long_name="throughput over ZeRO-3's at the same GPU count")
@@ -263,11 +262,10 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
 
 
 def _paper_zero3(specs, system, gpus, batch) -> np.ndarray:
-    """ZeRO-3's hardware TFLOP/s per GPU at Table 2's micro-batch, per (model, doubling); NaN where
-    Table 2 has no ZeRO-3 row at that GPU count and batch, or the plan does not fit."""
+    """ZeRO-3's hardware TFLOP/s per GPU at Table 2's micro-batch, per (model, doubling), in the zero-3
+    strategy's plan space otherwise; NaN where Table 2 has no ZeRO-3 row at that GPU count and batch,
+    or the plan does not fit."""
     out = np.full(gpus.shape, np.nan)
-    software = {k: v[0] for k, v in strategy_space("zero-3", specs[0], system, 1, 1).items()
-                if k not in ("micro_batch", "tp", "pp")} if specs else {}
     for i, model in enumerate(specs):
         ref = paper_reference(model)
         if ref is None or batch[i] != ref["global_batch"]:
@@ -276,12 +274,10 @@ def _paper_zero3(specs, system, gpus, batch) -> np.ndarray:
             micro = ref["zero3_micro_batch"].get(int(n))
             if micro is None:
                 continue
-            plan = PlanSpec(tp=1, pp=1, dp=int(n), micro_batch=micro, global_batch=batch[i],
-                            recompute=software["recompute"], flash_attention=bool(software["flash_attention"]),
-                            sequence_parallel=bool(software["sequence_parallel"]), zero=software["zero"],
-                            zero3_per_tensor=bool(software["zero3_per_tensor"]),
-                            overlap_grad_reduce=bool(software["overlap_grad_reduce"]),
-                            stack=strategy_stack("zero-3"))
+            space = strategy_space("zero-3", model, system, int(n), batch[i])
+            entry = {"cp": 1, "interleave": 1, **{name: values[0] for name, values in space.items()},
+                     "dp": int(n), "micro_batch": micro, "stack": strategy_stack("zero-3")}
+            plan = perfmodel.plan_from_grid_entry(entry, batch[i])
             p = perfmodel.predict(RunSpec(id="paper-zero3", model=model, system=system, plan=plan))
             if p.fits:
                 out[i, k] = p.hardware_tflops_per_gpu
@@ -412,14 +408,6 @@ __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "STRATEGIES", "PAPER_SOFT
            "tp_pp_sweep"]
 
 
-def _zero3_at_paper_micro_batch(ds: xr.Dataset, rate: xr.DataArray, model: str, k: int) -> float:
-    """ZeRO-3's TFLOP/s at Table 2's micro-batch (the study's searched best where a dataset predates
-    ``paper_zero3_tflops_per_gpu``)."""
-    if "paper_zero3_tflops_per_gpu" in ds:
-        return float(ds["paper_zero3_tflops_per_gpu"].sel(model=model).isel(doubling=k))
-    return float(rate.sel(model=model, strategy="zero-3", doubling=k))
-
-
 def compare(folder) -> list[comparison.Record]:
     """Paper-vs-ours records from the saved datasets in ``folder`` (``strategies.nc``, ``tp_pp_sweep.nc``):
 
@@ -446,7 +434,7 @@ def compare(folder) -> list[comparison.Record]:
         g2 = ref["doubled_gpus"]
         if g2 in gpus and "zero-3" in ds["strategy"].values:
             k = gpus.index(g2)
-            zero3 = _zero3_at_paper_micro_batch(ds, rate, model, k)
+            zero3 = float(ds["paper_zero3_tflops_per_gpu"].sel(model=model).isel(doubling=k))
             ours = float(ds["paper_plan_tflops_per_gpu"].sel(model=model).isel(doubling=k)) / zero3
             best_zero3 = float(rate.sel(model=model, strategy="zero-3", doubling=k))
             searched = float(rate.sel(model=model, strategy="ptd-p", doubling=k)) / best_zero3 if "ptd-p" in \
@@ -475,7 +463,7 @@ def compare(folder) -> list[comparison.Record]:
                     note = ("the performance model's calibration is fitted jointly to every stack and GPU generation; "
                             "it overestimates the large Megatron runs (within 0-5% when fitted to Ampere only)")
                 else:
-                    ours = _zero3_at_paper_micro_batch(ds, rate, model, k)
+                    ours = float(ds["paper_zero3_tflops_per_gpu"].sel(model=model).isel(doubling=k))
                     best_zero3 = float(rate.sel(model=model, strategy="zero-3", doubling=k))
                     how = (f"ZeRO-3 (tp = pp = 1, DeepSpeed's per-tensor fetches) at Table 2's micro-batch "
                            f"({ref['zero3_micro_batch'][g]})")

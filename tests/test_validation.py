@@ -215,3 +215,25 @@ def test_nccl_tests_file_with_wrong_columns_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(SpecError) as err:
         validation.nccl_allreduce()
     assert "expected the columns gpus, size_bytes" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_table1_runs_take_the_authors_script_settings_and_still_search_them():
+    """Narayanan et al.'s Table 1 leaves micro-batch, interleaving and the DDP implementation out;
+    examples/sc21/run_table_1.sh (Megatron-LM de7dc40) gives them. The rows are priced as run, and the
+    planner's question still searches the knobs the paper leaves blank."""
+    runs = {m.run.id: m for m in validation.published_runs()}
+    as_run = {"1.7b": (16, 1, True), "18.4b": (8, 1, True), "39.1b": (4, 1, False), "76.1b": (2, 3, False),
+              "145.6b": (2, 2, False), "529.6b": (1, 3, False), "1008b": (1, 1, False)}
+    for size, (micro, interleave, overlap) in as_run.items():
+        m = runs[f"meg21-t1-{size}"]
+        assert (m.run.plan.micro_batch, m.run.plan.interleave, m.run.plan.overlap_grad_reduce) == (
+            micro, interleave, overlap), size
+        assert m.unpublished == ("interleave", "micro_batch")
+        assert m.run.model.layers % (m.run.plan.pp * interleave) == 0  # Megatron's even interleaved split
+    assert runs["korth22-t5-175b-full"].unpublished == ()  # Korthikanti et al. state them
+
+
+def test_published_runs_refuse_an_unknown_not_in_paper_knob():
+    row = {"id": "x", "interleave": "", "micro_batch": "1", "not_in_paper": "micro_batch tp"}
+    with pytest.raises(ValueError, match="not_in_paper = 'micro_batch tp' is invalid; valid: blank"):
+        validation._paper_blank_knobs(row)

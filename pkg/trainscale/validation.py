@@ -105,6 +105,18 @@ def _blank_knobs(row: Mapping, keys) -> tuple:
     return tuple(key for key in keys if not row.get(key))
 
 
+def _paper_blank_knobs(row: Mapping) -> tuple:
+    """The knobs a published run's paper leaves blank: blank cells, and those (``not_in_paper``) whose
+    value comes from another source, such as the authors' scripts (the run is priced as it ran; the
+    planner's question still searches them)."""
+    other = set((row.get("not_in_paper") or "").split())
+    valid = {"interleave", "micro_batch"}
+    if not other <= valid:
+        raise ValueError(f"published_runs.csv: row {row['id']}: not_in_paper = {row['not_in_paper']!r} is "
+                         f"invalid; valid: blank or space-separated names of {', '.join(sorted(valid))}")
+    return tuple(key for key in ("interleave", "micro_batch") if not row.get(key) or key in other)
+
+
 def vtrain_dir(path: str | Path | None = None) -> Path | None:
     """The vTrain folder: ``path`` if given, else the copy shipped in ``trainscale/data/vtrain``."""
     folder = Path(path) if path is not None else catalog.data_path("vtrain")
@@ -126,10 +138,12 @@ def published_runs() -> list[MeasuredRun]:
         for key in ("interleave", "micro_batch"):
             if row[key]:
                 plan[key] = int(row[key])
+        if row.get("overlap_grad_reduce"):  # Megatron-LM 2021: --DDP-impl torch overlaps, local does not
+            plan["overlap_grad_reduce"] = row["overlap_grad_reduce"] == "true"
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})
         runs.append(MeasuredRun(run, "published", row["metric"], float(row["value"]), row["source"],
-                                _blank_knobs(row, ("interleave", "micro_batch"))))
+                                _paper_blank_knobs(row)))
     return runs
 
 
@@ -435,7 +449,8 @@ def searched_prediction(m: MeasuredRun, calibration: Mapping[str, float] | None 
 def searched_dataset(vtrain_dir: str | Path | None = None,
                      calibration: Mapping[str, float] | None = None) -> xr.Dataset:
     """Predicted vs measured for every measured run with a searched knob (dim ``run``): with the
-    knobs its source leaves blank at its stack's documented defaults (as :func:`validation_dataset`)
+    knobs its source leaves blank as priced by :func:`validation_dataset` (at the stack's documented
+    defaults, or as run where another source, such as the authors' scripts, gives them)
     and searched (:func:`searched_prediction`), with the values the search chose; and searched over
     each narrower range of :data:`SEARCH_RANGES` (dim ``search_range``)."""
     runs = [m for m in measured_runs(vtrain_dir) if searched_knobs(m)]
@@ -455,11 +470,11 @@ def searched_dataset(vtrain_dir: str | Path | None = None,
     data = {
         "measured": ("run", measured, {"units": "metric", "long_name": "measured (in the row's metric)"}),
         "predicted_default": ("run", default, {"units": "metric", "long_name": "predicted with the blank knobs at "
-                                               "the stack's documented defaults (in the row's metric)"}),
+                                               "the stack's documented defaults or as run (in the row's metric)"}),
         "predicted_searched": ("run", searched, {"units": "metric", "long_name": "predicted for the best plan with "
                                                  "the blank knobs searched (in the row's metric)"}),
         "rel_error_default": ("run", (default - measured) / measured,
-                              {"units": "1", "long_name": "relative error, blank knobs at their defaults"}),
+                              {"units": "1", "long_name": "relative error, blank knobs at their defaults or as run"}),
         "rel_error_searched": ("run", (searched - measured) / measured,
                                {"units": "1", "long_name": "relative error, blank knobs searched"}),
         "rel_error_searched_range": (("run", "search_range"), (narrower - measured[:, None]) / measured[:, None],

@@ -237,3 +237,10 @@ def test_published_runs_refuse_an_unknown_not_in_paper_knob():
     row = {"id": "x", "interleave": "", "micro_batch": "1", "not_in_paper": "micro_batch tp"}
     with pytest.raises(ValueError, match="not_in_paper = 'micro_batch tp' is invalid; valid: blank"):
         validation._paper_blank_knobs(row)
+
+
+def test_published_runs_refuse_an_invalid_overlap_cell(monkeypatch):
+    row = dict(catalog.published_runs()[0], overlap_grad_reduce="yes")
+    monkeypatch.setattr(catalog, "published_runs", lambda: (row,))
+    with pytest.raises(ValueError, match="overlap_grad_reduce = 'yes' is invalid; valid: blank, true or false"):
+        validation.published_runs()

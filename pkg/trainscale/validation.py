@@ -139,6 +139,9 @@ def published_runs() -> list[MeasuredRun]:
             if row[key]:
                 plan[key] = int(row[key])
         if row.get("overlap_grad_reduce"):  # Megatron-LM 2021: --DDP-impl torch overlaps, local does not
+            if row["overlap_grad_reduce"] not in ("true", "false"):
+                raise ValueError(f"published_runs.csv: row {row['id']}: overlap_grad_reduce = "
+                                 f"{row['overlap_grad_reduce']!r} is invalid; valid: blank, true or false")
             plan["overlap_grad_reduce"] = row["overlap_grad_reduce"] == "true"
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})

@@ -36,14 +36,22 @@ def test_the_searched_knobs_are_the_blank_cells_the_stack_can_turn():
 
 
 def test_searching_the_blank_knobs_never_predicts_slower_than_their_defaults(searched):
-    """The defaults are among the values searched, so the best plan is at least as fast: a higher
-    throughput, or a shorter step where the source reports step times."""
+    """Where the values a run is priced with are among those searched, the best plan is at least as
+    fast: a higher throughput, or a shorter step where the source reports step times. Two runs are
+    priced beyond the searched interleaving (the Megatron-Core README's 119B and 462B, one layer per
+    chunk: 23 and 7); the search, which cannot reach that, finds them slower."""
     default, best = searched["predicted_default"].values, searched["predicted_searched"].values
     assert np.isfinite(best).all()
     step = searched["metric"].values == "step_time_s"
     assert step.any() and (~step).any()
     speedup = np.where(step, default / best, best / default)
-    assert (speedup >= 1 - 1e-9).all(), searched["run"].values[speedup < 1 - 1e-9]
+    runs = {m.run.id: m for m in validation.measured_runs(None)}
+    outside = np.array([any(getattr(runs[r].run.plan, knob) not in values
+                            for knob, values in validation.SEARCHED_KNOBS.items()
+                            if knob in validation.searched_knobs(runs[r]))
+                        for r in searched["run"].values])
+    assert sorted(searched["run"].values[outside]) == ["meglm-h100-ws-119b", "meglm-h100-ws-462b"]
+    assert (speedup[~outside] >= 1 - 1e-9).all(), searched["run"].values[~outside & (speedup < 1 - 1e-9)]
 
 
 def test_the_dataset_is_described_and_summarised(searched):

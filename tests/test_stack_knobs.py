@@ -3,6 +3,7 @@ eager stack and what ``compiled`` (torch.compile) does to it, a stack's own sele
 fused (flash) attention keeping the scores on chip. Closed forms on the layer kernel, and the eager/compiled
 pairs of the public FSDP runs (the same model, system and plan measured both ways)."""
 
+import csv
 import dataclasses
 
 import numpy as np
@@ -406,11 +407,13 @@ def test_a_public_row_names_only_a_held_out_dataset(tmp_path, monkeypatch):
     line naming the row, the field, the value and what is valid."""
     from trainscale import catalog
 
-    src = catalog.data_path(validation.STACKS_FILE).read_text(encoding="utf-8").splitlines()
-    header = src[0].split(",")
-    assert header[-1] == "dataset"
-    bad = src[1][: src[1].rstrip().rfind(",")] + ",fsdp-compild"
-    (tmp_path / validation.STACKS_FILE).write_text("\n".join([src[0], bad]) + "\n", encoding="utf-8")
+    with open(catalog.data_path(validation.STACKS_FILE), encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        row, fields = dict(next(reader), dataset="fsdp-compild"), reader.fieldnames
+    with open(tmp_path / validation.STACKS_FILE, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerow(row)
     monkeypatch.setattr(catalog, "data_path", lambda name: tmp_path / name)
     with pytest.raises(ValueError, match=r"row \S+: dataset = 'fsdp-compild' is invalid; valid: blank"):
         validation.public_runs()

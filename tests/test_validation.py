@@ -233,6 +233,34 @@ def test_table1_runs_take_the_authors_script_settings_and_still_search_them():
     assert runs["korth22-t5-175b-full"].unpublished == ()  # Korthikanti et al. state them
 
 
+def test_megatron_readme_pipelined_runs_are_interleaved_and_still_searched():
+    """The Megatron-LM README (f2e5db4) overlaps pipeline-parallel communication, which Megatron-LM at
+    that commit allows only in its interleaved schedule: its pp > 1 rows are priced interleaved, with
+    the smallest even split of at least two chunks per stage (the README gives none), and the
+    planner's question still searches the interleaving."""
+    runs = {m.run.id: m for m in validation.public_runs() if m.run.id.startswith("meglm-h100-ws")}
+    assert len(runs) == 9
+    for m in runs.values():
+        plan, layers = m.run.plan, m.run.model.layers
+        assert "interleave" in m.unpublished
+        if plan.pp == 1:
+            assert plan.interleave == 1
+            continue
+        per_stage = layers // plan.pp
+        assert plan.interleave == min(v for v in range(2, per_stage + 1) if per_stage % v == 0), m.run.id
+        micro = plan.global_batch // (plan.dp * plan.micro_batch)
+        assert micro % plan.pp == 0  # Megatron's interleaved schedule needs whole rounds of pp micro-batches
+    assert runs["meglm-h100-ws-119b"].run.plan.interleave == 23  # 23 layers per stage: one per chunk
+
+
+def test_public_runs_refuse_an_unknown_not_in_paper_knob():
+    row = {"id": "x", "interleave": "2", "not_in_paper": "interleave tp"}
+    with pytest.raises(ValueError, match="published_runs_stacks.csv: row x: not_in_paper = 'interleave tp' "
+                                         "is invalid; valid: blank or space-separated names of interleave, "
+                                         "micro_batch, recompute"):
+        validation._paper_blank_knobs(row, tuple(validation.SEARCHED_KNOBS), validation.STACKS_FILE)
+
+
 def test_published_runs_refuse_an_unknown_not_in_paper_knob():
     row = {"id": "x", "interleave": "", "micro_batch": "1", "not_in_paper": "micro_batch tp"}
     with pytest.raises(ValueError, match="not_in_paper = 'micro_batch tp' is invalid; valid: blank"):

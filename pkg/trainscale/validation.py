@@ -101,20 +101,17 @@ SEARCH_RANGES.update({f"interleave <= {cap}": {"interleave": [v for v in SEARCHE
                       for cap in (1, 2, 4)})
 
 
-def _blank_knobs(row: Mapping, keys) -> tuple:
-    return tuple(key for key in keys if not row.get(key))
-
-
-def _paper_blank_knobs(row: Mapping) -> tuple:
-    """The knobs a published run's paper leaves blank: blank cells, and those (``not_in_paper``) whose
-    value comes from another source, such as the authors' scripts (the run is priced as it ran; the
-    planner's question still searches them)."""
+def _paper_blank_knobs(row: Mapping, keys=("interleave", "micro_batch"),
+                       file: str = "published_runs.csv") -> tuple:
+    """The knobs (of ``keys``) a published run's source leaves blank: blank cells, and those
+    (``not_in_paper``) whose value is inferred from elsewhere, such as the authors' scripts or the
+    code the source names (the run is priced with that value; the planner's question still searches
+    them)."""
     other = set((row.get("not_in_paper") or "").split())
-    valid = {"interleave", "micro_batch"}
-    if not other <= valid:
-        raise ValueError(f"published_runs.csv: row {row['id']}: not_in_paper = {row['not_in_paper']!r} is "
-                         f"invalid; valid: blank or space-separated names of {', '.join(sorted(valid))}")
-    return tuple(key for key in ("interleave", "micro_batch") if not row.get(key) or key in other)
+    if not other <= set(keys):
+        raise ValueError(f"{file}: row {row['id']}: not_in_paper = {row['not_in_paper']!r} is "
+                         f"invalid; valid: blank or space-separated names of {', '.join(sorted(keys))}")
+    return tuple(key for key in keys if not row.get(key) or key in other)
 
 
 def vtrain_dir(path: str | Path | None = None) -> Path | None:
@@ -227,7 +224,8 @@ def public_runs(skipped: list | None = None) -> list[MeasuredRun]:
                                      "gpus": int(row["gpus"]), "plan": _public_plan(row)})
             dataset = _public_dataset(row, f"{row['stack']}-{run.system.generation}")
             runs.append(MeasuredRun(run, dataset, row["metric"], float(row["value"]), row["source"],
-                                    _blank_knobs(row, SEARCHED_KNOBS), _reported_memory_GB(row)))
+                                    _paper_blank_knobs(row, tuple(SEARCHED_KNOBS), STACKS_FILE),
+                                    _reported_memory_GB(row)))
     return runs
 
 

@@ -272,3 +272,13 @@ def test_published_runs_refuse_an_invalid_overlap_cell(monkeypatch):
     monkeypatch.setattr(catalog, "published_runs", lambda: (row,))
     with pytest.raises(ValueError, match="overlap_grad_reduce = 'yes' is invalid; valid: blank, true or false"):
         validation.published_runs()
+
+
+def test_a_public_row_refuses_a_true_false_cell_with_another_value():
+    """Every true/false cell of the data files goes through one parser: a typo is refused with one
+    line, not read as false."""
+    row = {"id": "x", "compiled": "yes"}
+    with pytest.raises(ValueError, match="published_runs_stacks.csv: row x: compiled = 'yes' is invalid; "
+                                         "valid: blank, true or false"):
+        validation._flag(row, "compiled", validation.STACKS_FILE)
+    assert validation._flag({"id": "x", "compiled": ""}, "compiled", validation.STACKS_FILE) is None

@@ -114,6 +114,15 @@ def _paper_blank_knobs(row: Mapping, keys=("interleave", "micro_batch"),
     return tuple(key for key in keys if not row.get(key) or key in other)
 
 
+def _flag(row: Mapping, key: str, file: str) -> bool | None:
+    """A true/false cell of a data file: None where blank; any other value is refused with one line."""
+    cell = row.get(key) or ""
+    if cell not in ("", "true", "false"):
+        raise ValueError(f"{file}: row {row.get('id') or row.get('plan_id')}: {key} = {cell!r} is invalid; "
+                         "valid: blank, true or false")
+    return None if cell == "" else cell == "true"
+
+
 def vtrain_dir(path: str | Path | None = None) -> Path | None:
     """The vTrain folder: ``path`` if given, else the copy shipped in ``trainscale/data/vtrain``."""
     folder = Path(path) if path is not None else catalog.data_path("vtrain")
@@ -126,8 +135,8 @@ def published_runs() -> list[MeasuredRun]:
     for row in catalog.published_runs():
         plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
                 "global_batch": int(row["global_batch"]), "recompute": row["recompute"],
-                "sequence_parallel": row["sequence_parallel"] == "true", "zero": int(row["zero"]),
-                "flash_attention": MEASURED_FLASH_ATTENTION}
+                "sequence_parallel": bool(_flag(row, "sequence_parallel", "published_runs.csv")),
+                "zero": int(row["zero"]), "flash_attention": MEASURED_FLASH_ATTENTION}
         if plan["zero"] == 3:  # Narayanan et al. 2021 ran DeepSpeed's ZeRO-3, which prefetches parameters
             # (stage3_prefetch_bucket_size) and overlaps the reduction (overlap_comm defaults to true at stage 3)
             plan.update(zero3_per_tensor=True, stack="deepspeed", overlap_grad_reduce=True)
@@ -135,11 +144,9 @@ def published_runs() -> list[MeasuredRun]:
         for key in ("interleave", "micro_batch"):
             if row[key]:
                 plan[key] = int(row[key])
-        if row.get("overlap_grad_reduce"):  # Megatron-LM 2021: --DDP-impl torch overlaps, local does not
-            if row["overlap_grad_reduce"] not in ("true", "false"):
-                raise ValueError(f"published_runs.csv: row {row['id']}: overlap_grad_reduce = "
-                                 f"{row['overlap_grad_reduce']!r} is invalid; valid: blank, true or false")
-            plan["overlap_grad_reduce"] = row["overlap_grad_reduce"] == "true"
+        overlap = _flag(row, "overlap_grad_reduce", "published_runs.csv")
+        if overlap is not None:  # Megatron-LM 2021: --DDP-impl torch overlaps, local does not
+            plan["overlap_grad_reduce"] = overlap
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})
         runs.append(MeasuredRun(run, "published", row["metric"], float(row["value"]), row["source"],
@@ -166,12 +173,10 @@ def _public_plan(row: Mapping) -> dict:
             plan[key] = int(row[key])
     if row["recompute"]:
         plan["recompute"] = row["recompute"]
-    if row["sequence_parallel"]:
-        plan["sequence_parallel"] = row["sequence_parallel"] == "true"
-    if row.get("compiled"):
-        plan["compiled"] = row["compiled"] == "true"
-    if row.get("grad_reduce_fp32"):
-        plan["grad_reduce_fp32"] = row["grad_reduce_fp32"] == "true"
+    for key in ("sequence_parallel", "compiled", "grad_reduce_fp32"):
+        value = _flag(row, key, STACKS_FILE)
+        if value is not None:
+            plan[key] = value
     if row.get("recompute_share"):
         plan["recompute_share"] = float(row["recompute_share"])
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
@@ -547,8 +552,8 @@ def calculon_run(row: Mapping) -> RunSpec:
     plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
             "micro_batch": int(row["micro_batch"]), "global_batch": int(row["global_batch"]),
             "interleave": int(row["interleave"]), "recompute": row["recompute"],
-            "sequence_parallel": row["sequence_parallel"] == "true",
-            "zero": 2 if row["optimizer_sharding"] == "true" else 0}
+            "sequence_parallel": bool(_flag(row, "sequence_parallel", CALCULON_FILE)),
+            "zero": 2 if _flag(row, "optimizer_sharding", CALCULON_FILE) else 0}
     return RunSpec.from_dict({"id": row["plan_id"], "model": CALCULON_MODELS[row["model"]],
                               "system": "dgx-a100-80gb", "gpus": int(row["gpus"]), "plan": plan})
 

@@ -8,7 +8,8 @@ dataset used in the fit, the error when that dataset is left out of the fit (cro
 never fitted, its error as is. A second record per dataset with runs whose source leaves a knob blank
 (``searched.nc``, :func:`trainscale.validation.searched_dataset`) judges the planner's question against the same
 target: the MAPE of the best plan when only those knobs are searched (in-sample: the calibration is the one
-fitted with the knobs at their defaults, or as run where the authors' scripts give them).
+fitted with the knobs at their defaults, or as run where another source (the authors' scripts) or the code the
+source names gives them).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import calibration, perfmodel, validation
+from trainscale import calibration, catalog, perfmodel, validation
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
@@ -464,3 +464,32 @@ def test_a_megatron_search_skips_uneven_interleaving():
             assert (code == K.R_UNEVEN_CHUNKS) == uneven, (pp, v, code)
             nemo_code = int(grids["nemo"]["reason"].sel(pp=pp, interleave=v).values.ravel()[0])
             assert nemo_code != K.R_UNEVEN_CHUNKS
+
+
+@pytest.mark.parametrize("stack", ["megatron", "deepspeed", "fsdp", "nemo"])
+@pytest.mark.parametrize("tp", [1, 4])
+def test_loss_streams_the_stacks_bytes_per_logit(stack, tp):
+    """The output layer's time beyond its GEMMs is the stack's cross-entropy: its bytes per fp32 logit
+    element of this GPU's vocabulary shard (tokens x vocab / tp) over the HBM rate, plus its kernels,
+    forward and backward as calibration.yaml counts them from each stack's code."""
+    lc, calib, m, s = _layer(model="llama3-8b", tp=tp, stack=stack)
+    sv = perfmodel.system_vector(s)
+    logits = m.seq_len * m.vocab / tp
+    rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
+    f_head, b_head = compute.gemm_fwd_bwd_time(m.seq_len, m.vocab // tp, m.hidden, 1, sv[K.S_PEAK_FLOPS],
+                                               sv[K.S_HBM_BW], sv[K.S_SMS], calib)
+    fixed = catalog.calibration()["stacks"][stack]["fixed"]
+    for direction, gemm, cost in (("forward", f_head, lc[K.L_HEAD_FWD]), ("backward", b_head, lc[K.L_HEAD_BWD])):
+        spec = fixed[f"loss_{direction}_bytes_per_logit"]
+        expected = gemm + spec["value"] * logits / rate + spec["kernels"] * calib[K.C_KERNEL_S]
+        assert cost == pytest.approx(expected, rel=1e-12), (stack, direction)
+
+
+def test_megatron_and_megatron_deepspeed_run_the_same_unfused_loss():
+    """Megatron-DeepSpeed calls Megatron's vocab-parallel cross-entropy: the same count; NeMo's fused loss
+    moves fewer bytes than Megatron's unfused one."""
+    stacks = catalog.calibration()["stacks"]
+    total = {name: sum(stacks[name]["fixed"][f"loss_{d}_bytes_per_logit"]["value"] for d in ("forward", "backward"))
+             for name in stacks}
+    assert total["megatron"] == total["deepspeed"] == 52
+    assert total["nemo"] < total["megatron"]

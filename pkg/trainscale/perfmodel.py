@@ -158,6 +158,10 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_BF16_OPTIMIZER] = 1.0 if grad_reduce_fp32 and stack_fixed["fp32_grads_allreduced"]["value"] else 0.0
     vec[K.C_SP_LAYOUT_COPY] = 1.0 if stack_fixed["sp_batch_first_copies"]["value"] else 0.0
     vec[K.C_EVEN_SPLIT] = 1.0 if stack_fixed["interleave_even_split"]["value"] else 0.0
+    for direction, k_bytes, k_kernels in (("forward", K.C_LOSS_FWD_BYTES, K.C_LOSS_FWD_KERNELS),
+                                          ("backward", K.C_LOSS_BWD_BYTES, K.C_LOSS_BWD_KERNELS)):
+        loss = stack_fixed[f"loss_{direction}_bytes_per_logit"]
+        vec[k_bytes], vec[k_kernels] = loss["value"], loss["kernels"]
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
     fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
     vec[K.C_ATTN_EFF] = fixed["fa2_attention_efficiency"]["value"] if fa2 else 1.0

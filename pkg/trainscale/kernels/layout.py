@@ -64,7 +64,11 @@ C_OVERLAP_SLOWDOWN = 16  # common: slowdown of computation while a collective ru
 C_ATTN_BWD_EFF = 17  # common: fused attention backward's efficiency relative to its forward's
 C_SP_LAYOUT_COPY = 18  # per stack: 1 where sequence-parallel collectives gather / scatter a batch-first tensor along its sequence dim (one extra HBM copy of the full tensor each)
 C_EVEN_SPLIT = 19  # per stack: 1 where an interleaved schedule needs every model chunk to hold the same number of layers (Megatron-LM)
-C_SIZE = 20
+C_LOSS_FWD_BYTES = 20  # per stack: HBM bytes its cross-entropy moves per logit element, forward (cast, max, exp, sum, normalise)
+C_LOSS_BWD_BYTES = 21  # per stack: the same, backward (gradient scaling and the cast back to 16 bits)
+C_LOSS_FWD_KERNELS = 22  # per stack: kernels its cross-entropy launches per micro-batch, forward
+C_LOSS_BWD_KERNELS = 23  # per stack: the same, backward
+C_SIZE = 24
 
 # recomputation modes
 RC_NONE = 0

@@ -13,6 +13,10 @@ matrices, key/value width ``h_kv``; forward, no causal halving):
 which for GPT (``h_kv = h``, ``f = 4h``, ``n_f = 2``) is Megatron's ``24bsh^2 + 4bs^2h``.
 Backward costs two GEMMs per forward GEMM. Full recomputation repeats the forward; selective
 recomputation repeats the attention core (Korthikanti et al. 2022).
+The last stage adds the output layer's GEMMs and the stack's cross-entropy, memory-bound over the
+fp32 logits of its vocabulary shard: ``(B_fwd + B_bwd) b s V / t`` bytes, with the stack's bytes per
+logit element counted from its code (``loss_*_bytes_per_logit`` in ``data/calibration.yaml``:
+Megatron's unfused loss 38 + 14, NeMo's fused one 22 + 10, PyTorch's ``cross_entropy`` 22 + 26).
 
 Activation bytes per layer and micro-batch follow Korthikanti et al. 2022, eq. 1-2,
 ``sbh (34 + 5as/h)`` for GPT, generalised to GQA and SwiGLU widths, with the tensor- and
@@ -51,7 +55,8 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
+    C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -333,10 +338,12 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         act = dense + scores
         work = grads
 
-    # output projection + cross-entropy on the last stage (fp32 logits kept for the loss)
+    # output projection + cross-entropy on the last stage (fp32 logits kept for the loss): the
+    # stack's loss streams its bytes per logit element of this GPU's vocabulary shard
     f_head, b_head = gemm_fwd_bwd_time(im, int(vocab) // itp, ih, 1, peak, hbm, sms, calib)
-    loss_bytes = 12.0 * m * vocab / t
-    head_elem = memory_bound_time(loss_bytes, 3.0, hbm, calib)
+    logits = m * vocab / t
+    loss_fwd = memory_bound_time(calib[C_LOSS_FWD_BYTES] * logits, calib[C_LOSS_FWD_KERNELS], hbm, calib)
+    loss_bwd = memory_bound_time(calib[C_LOSS_BWD_BYTES] * logits, calib[C_LOSS_BWD_KERNELS], hbm, calib)
 
     # FLOPs of the whole layer (all TP and CP ranks) for the micro-batch
     tokens = mb * s
@@ -373,8 +380,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_CP] = cp_exposed
     out[L_ACT_BYTES] = act
     out[L_WORK_BYTES] = work
-    out[L_HEAD_FWD] = f_head + head_elem
-    out[L_HEAD_BWD] = b_head + 2.0 * head_elem
+    out[L_HEAD_FWD] = f_head + loss_fwd
+    out[L_HEAD_BWD] = b_head + loss_bwd
     out[L_HEAD_BYTES] = 4.0 * m * vocab / t
     out[L_FLOPS_FWD] = flops_fwd
     out[L_FLOPS_RECOMP] = flops_recomp

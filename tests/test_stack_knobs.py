@@ -39,9 +39,12 @@ def test_eager_elementwise_traffic_closed_form(traffic):
     rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
     kernel = calib[K.C_KERNEL_S]
     fwd = (traffic * (30.0 * tokens * h + 6.0 * tokens * f) + 8.0 * tokens * h) / rate
+    # and, apart, torchtitan's rotary embedding of the queries and keys (20 bytes per element, 3 kernels)
+    rotary = 20.0 * tokens * (h + m.kv_heads * m.head_dim) / rate + 3 * kernel
     assert calib[K.C_ELEM_TRAFFIC] == traffic
-    assert lc[K.L_FWD_ELEM] == pytest.approx(fwd + traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel, rel=1e-12)
-    assert lc[K.L_BWD_ELEM] == pytest.approx(2 * fwd + 2 * traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel,
+    assert lc[K.L_FWD_ELEM] == pytest.approx(fwd + traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel + rotary,
+                                             rel=1e-12)
+    assert lc[K.L_BWD_ELEM] == pytest.approx(2 * fwd + 2 * traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel + rotary,
                                              rel=1e-12)
 
 
@@ -52,9 +55,12 @@ def test_unfused_attention_score_bytes():
     rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
     scores = m.heads * m.seq_len ** 2
     no_attention = (30.0 * m.seq_len * m.hidden + 6.0 * m.seq_len * m.ffn_hidden) / rate
+    # Llama 2's rotary embedding in Megatron's fused kernel: 4 bytes per query / key element, one kernel
+    rotary = 4.0 * m.seq_len * 2 * m.hidden / rate + calib[K.C_KERNEL_S]
     kernel = calib[K.C_KERNEL_S] * ELEMENTWISE_KERNELS_PER_LAYER
-    assert plain[K.L_FWD_ELEM] == pytest.approx(no_attention + 9.0 * scores / rate + kernel, rel=1e-12)
-    assert plain[K.L_BWD_ELEM] == pytest.approx(2 * no_attention + 11.0 * scores / rate + 2 * kernel, rel=1e-12)
+    assert plain[K.L_FWD_ELEM] == pytest.approx(no_attention + 9.0 * scores / rate + kernel + rotary, rel=1e-12)
+    assert plain[K.L_BWD_ELEM] == pytest.approx(2 * no_attention + 11.0 * scores / rate + 2 * kernel + rotary,
+                                                rel=1e-12)
 
 
 def test_compiled_takes_fused_traffic_and_changes_nothing_else():
@@ -64,10 +70,15 @@ def test_compiled_takes_fused_traffic_and_changes_nothing_else():
     assert comp[K.L_FWD_ELEM] < eager[K.L_FWD_ELEM] and comp[K.L_BWD_ELEM] < eager[K.L_BWD_ELEM]
     for slot in (K.L_FWD_GEMM, K.L_BWD_GEMM, K.L_FWD_TP, K.L_ACT_BYTES, K.L_FLOPS_FWD):
         assert comp[slot] == eager[slot]
-    # stacks with hand-fused kernels: compiled or not, the same vector
+    # stacks with hand-fused kernels: compiled or not, the same vector; Megatron-DeepSpeed's unfused
+    # rotary embedding is the one chain that compiling would fuse
     for stack in ("megatron", "nemo", "deepspeed"):
-        assert np.array_equal(perfmodel.calibration_vector("hopper", None, stack, True),
-                              perfmodel.calibration_vector("hopper", None, stack, False))
+        compiled = perfmodel.calibration_vector("hopper", None, stack, True)
+        eager = perfmodel.calibration_vector("hopper", None, stack, False)
+        rotary = [K.C_ROTARY_BYTES, K.C_ROTARY_KERNELS]
+        assert np.array_equal(np.delete(compiled, rotary), np.delete(eager, rotary))
+        assert list(compiled[rotary]) == [4.0, 1.0]
+        assert (list(eager[rotary]) == [4.0, 1.0]) == (stack != "deepspeed")
 
 
 def test_compiled_is_a_plan_field_with_a_one_line_error():
@@ -493,3 +504,55 @@ def test_megatron_and_megatron_deepspeed_run_the_same_unfused_loss():
              for name in stacks}
     assert total["megatron"] == total["deepspeed"] == 52
     assert total["nemo"] < total["megatron"]
+
+
+@pytest.mark.parametrize("stack", ["megatron", "deepspeed", "fsdp", "nemo"])
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_rotary_embedding_streams_the_stacks_bytes(stack, compiled, tp):
+    """A rotary model's layer costs, beyond a learned-position twin of the same shape, the stack's rotary
+    kernel on this GPU's queries and keys, m (h + h_kv) / t elements, in each pass: the stack's bytes per
+    element (a compiled plan: the common fused value) over the HBM rate, plus its kernels."""
+    rope = resolve_model("llama3-8b")
+    learned = dataclasses.replace(rope, position_embedding="learned")
+    assert rope.rotary and not learned.rotary
+    s = resolve_system("dgx-h100")
+    calib = perfmodel.calibration_vector(s.generation, None, stack, compiled)
+    costs = {}
+    for m in (rope, learned):
+        lc = np.empty(K.L_SIZE)
+        layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib, tp, 1, 1, K.RC_NONE, True,
+                    True, lc)
+        costs[m.positions] = lc
+    cal = catalog.calibration()
+    spec = cal["common"]["rotary_compiled_bytes_per_element"] if compiled else \
+        cal["stacks"][stack]["fixed"]["rotary_bytes_per_element"]
+    elements = rope.seq_len * (rope.hidden + rope.kv_heads * rope.head_dim) / tp
+    rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
+    expected = spec["value"] * elements / rate + spec["kernels"] * calib[K.C_KERNEL_S]
+    for slot in (K.L_FWD_ELEM, K.L_BWD_ELEM):
+        assert costs["rotary"][slot] - costs["learned"][slot] == pytest.approx(expected, rel=1e-9), slot
+    assert costs["rotary"][K.L_FWD_GEMM] == costs["learned"][K.L_FWD_GEMM]
+
+
+def test_position_embedding_follows_the_ffn_unless_given():
+    """Blank: GPT (gelu) learns a position table, Llama (swiglu) rotates; BLOOM's ALiBi and nanochat's
+    rotary embeddings come from models.yaml; only a learned table adds seq_len x hidden parameters."""
+    gpt, llama = resolve_model("gpt3-175b"), resolve_model("llama3-8b")
+    assert (gpt.positions, llama.positions) == ("learned", "rotary")
+    assert resolve_model("bloom-176b").positions == "alibi"
+    assert resolve_model("nanochat-d20").positions == "rotary"
+    rotary_gpt = dataclasses.replace(gpt, position_embedding="rotary")
+    assert gpt.params() - rotary_gpt.params() == gpt.seq_len * gpt.hidden
+    assert dataclasses.replace(gpt, position_embedding="alibi").params() == rotary_gpt.params()
+
+
+def test_a_bad_position_embedding_is_refused_with_one_line():
+    with pytest.raises(SpecError, match="position_embedding.*learned, rotary, alibi"):
+        resolve_model({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32,
+                       "position_embedding": "sinusoidal"})
+    row = {"id": "r1", "model": "x", "position_embedding": "rope"}
+    with pytest.raises(ValueError, match="r1: position_embedding = 'rope' is invalid; valid: blank, learned"):
+        validation._public_model(row)
+    with pytest.raises(ValueError, match="catalog model llama3-8b"):
+        validation._public_model({"id": "r2", "model": "llama3-8b", "position_embedding": "rotary"})

@@ -47,7 +47,8 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     if model.is_moe:  # the layer's shared part; its experts in their own slot
         vec[K.M_PARAMS_LAYER] = model.shared_params_per_layer()
         vec[K.M_PARAMS_EXPERTS] = model.expert_params_per_layer()
-    positions = model.seq_len * h if model.has_biases else 0
+    positions = model.seq_len * h if model.learned_positions else 0
+    vec[K.M_ROTARY] = 1.0 if model.rotary else 0.0
     vec[K.M_PARAMS_EMBED] = model.vocab * h + positions
     vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
     vec[K.M_TENSORS_LAYER] = model.tensors_per_layer()
@@ -162,6 +163,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
                                           ("backward", K.C_LOSS_BWD_BYTES, K.C_LOSS_BWD_KERNELS)):
         loss = stack_fixed[f"loss_{direction}_bytes_per_logit"]
         vec[k_bytes], vec[k_kernels] = loss["value"], loss["kernels"]
+    rotary = common["rotary_compiled_bytes_per_element"] if compiled else stack_fixed["rotary_bytes_per_element"]
+    vec[K.C_ROTARY_BYTES], vec[K.C_ROTARY_KERNELS] = rotary["value"], rotary["kernels"]
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
     fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
     vec[K.C_ATTN_EFF] = fixed["fa2_attention_efficiency"]["value"] if fa2 else 1.0

@@ -19,6 +19,9 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 STACKS = ("megatron", "deepspeed", "fsdp", "nemo")
 DEFAULT_STACK = "megatron"
 FFN_TYPES = ("gelu", "swiglu")
+# how a model encodes token positions: a learned table added to the input (GPT), rotary embeddings
+# applied to queries and keys in every layer (Llama, Su et al. 2021), or ALiBi biases on the scores (BLOOM)
+POSITION_EMBEDDINGS = ("learned", "rotary", "alibi")
 
 
 _REPR = reprlib.Repr()
@@ -120,6 +123,12 @@ class ModelSpec:
     them, and an expert processes at most ``capacity_factor`` times its balanced share of the
     routed tokens (the compute is padded to that capacity). The defaults (1 expert, top-1,
     capacity 1.0) are the dense model.
+
+    ``position_embedding`` is ``learned``, ``rotary`` or ``alibi``; left blank it follows the FFN's
+    convention (``gelu``: GPT's learned table of ``seq_len x hidden``; ``swiglu``: Llama's rotary
+    embeddings, applied to every layer's queries and keys and priced as the stack's element-wise
+    kernel). ALiBi adds a bias to the attention scores inside the attention kernel: no parameters,
+    no separate pass.
     """
 
     name: str
@@ -135,6 +144,22 @@ class ModelSpec:
     experts: int = 1
     top_k: int = 1
     capacity_factor: float = 1.0
+    position_embedding: str = ""
+
+    @property
+    def positions(self) -> str:
+        """The position encoding in force: the given one, or the FFN's convention."""
+        if self.position_embedding:
+            return self.position_embedding
+        return "learned" if self.ffn_type == "gelu" else "rotary"
+
+    @property
+    def rotary(self) -> bool:
+        return self.positions == "rotary"
+
+    @property
+    def learned_positions(self) -> bool:
+        return self.positions == "learned"
 
     @property
     def is_moe(self) -> bool:
@@ -186,10 +211,10 @@ class ModelSpec:
         return 12 if self.has_biases else 9
 
     def params(self) -> int:
-        """All parameters: layers, final norm, input embedding (plus learned positions for GPT)
+        """All parameters: layers, final norm, input embedding (plus a learned position table)
         and the untied output projection."""
         h = self.hidden
-        positions = self.seq_len * h if self.has_biases else 0
+        positions = self.seq_len * h if self.learned_positions else 0
         final_norm = 2 * h if self.has_biases else h
         return self.layers * self.params_per_layer() + 2 * self.vocab * h + positions + final_norm
 
@@ -220,6 +245,9 @@ class ModelSpec:
         if top_k > experts:
             raise SpecError("top_k", top_k, f"expected at most experts = {experts}", where)
         capacity = _float(d, "capacity_factor", where, 1.0, minimum=1.0)
+        positions = d.get("position_embedding", "")
+        if positions not in ("", None):
+            positions = _choice(d, "position_embedding", where, "", POSITION_EMBEDDINGS)
         return cls(
             name=str(d.get("name", name)),
             layers=_int(d, "layers", where),
@@ -234,6 +262,7 @@ class ModelSpec:
             experts=experts,
             top_k=top_k,
             capacity_factor=capacity,
+            position_embedding=positions or "",
         )
 
 

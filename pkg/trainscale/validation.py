@@ -37,7 +37,7 @@ import xarray as xr
 
 from . import catalog, perfmodel
 from .io import provenance
-from .specs import ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec
+from .specs import POSITION_EMBEDDINGS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec
 
 VTRAIN_SYSTEM = "dgx-a100-80gb"
 VTRAIN_SCALE_OUT_GBps = 12.5  # vTrain's README: 800 Gb/s per 8-GPU node between nodes
@@ -154,14 +154,28 @@ def published_runs() -> list[MeasuredRun]:
     return runs
 
 
+def _position_embedding(row: Mapping) -> str:
+    """A row's ``position_embedding`` cell: blank (the FFN's convention) or one of
+    :data:`~trainscale.specs.POSITION_EMBEDDINGS`; anything else is refused with one line."""
+    cell = row.get("position_embedding") or ""
+    if cell and cell not in POSITION_EMBEDDINGS:
+        raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: position_embedding = {cell!r} is invalid; "
+                         f"valid: blank, {', '.join(POSITION_EMBEDDINGS)}")
+    return cell
+
+
 def _public_model(row: Mapping) -> str | ModelSpec:
+    positions = _position_embedding(row)
     if row["model"] in catalog.models():
+        if positions:
+            raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: position_embedding = {positions!r} is "
+                             f"invalid for the catalog model {row['model']}; valid: blank (models.yaml gives it)")
         return row["model"]
     hidden, heads = int(row["hidden"]), int(row["heads"])
     return ModelSpec(name=row["model"], layers=int(row["layers"]), hidden=hidden, heads=heads,
                      kv_heads=int(row["kv_heads"] or heads), ffn_hidden=int(row["ffn_hidden"] or 4 * hidden),
                      ffn_type=row["ffn_type"] or "gelu", vocab=int(row["vocab"]), seq_len=int(row["seq_len"]),
-                     source=row["source"])
+                     source=row["source"], position_embedding=positions)
 
 
 def _public_plan(row: Mapping) -> dict:

@@ -22,7 +22,8 @@ M_EXPERTS = 12  # experts per MoE layer (0 or 1: dense)
 M_TOP_K = 13  # experts each token is routed to
 M_CAPACITY = 14  # capacity factor: tokens an expert processes, relative to a perfectly balanced share
 M_PARAMS_EXPERTS = 15  # parameters of all experts of one layer (M_PARAMS_LAYER then holds the rest)
-M_SIZE = 16
+M_ROTARY = 16  # 1 where every layer applies rotary position embeddings to its queries and keys
+M_SIZE = 17
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0
@@ -68,7 +69,9 @@ C_LOSS_FWD_BYTES = 20  # per stack: HBM bytes its cross-entropy moves per logit 
 C_LOSS_BWD_BYTES = 21  # per stack: the same, backward (gradient scaling and the cast back to 16 bits)
 C_LOSS_FWD_KERNELS = 22  # per stack: kernels its cross-entropy launches per micro-batch, forward
 C_LOSS_BWD_KERNELS = 23  # per stack: the same, backward
-C_SIZE = 24
+C_ROTARY_BYTES = 24  # per stack: HBM bytes its rotary embedding moves per query / key element, each pass
+C_ROTARY_KERNELS = 25  # per stack: kernels its rotary embedding launches per layer, each pass
+C_SIZE = 26
 
 # recomputation modes
 RC_NONE = 0

@@ -55,13 +55,13 @@ from numba import njit
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
+    C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
     C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
     M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
-    M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_TOP_K, M_VOCAB,
+    M_ROTARY, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_TOP_K, M_VOCAB,
     O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_EP_COMM, O_GEMM_BUSY,
     O_HBM_BUSY,
     O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
@@ -168,6 +168,21 @@ def sp_layout_copy_time(m, h, tp, sp, hbm_bw, calib):
 
 
 @njit(cache=True)
+def rotary_time(m, h, kv, tp, hbm_bw, calib):
+    r"""Seconds per pass of a layer's rotary position embedding (Su et al. 2021) on one GPU.
+
+    The rotation is applied to this GPU's share of the queries and keys, ``m (h + h_kv) / t``
+    elements, as a memory-bound kernel chain moving the stack's ``B_rot`` bytes per element
+    (``rotary_bytes_per_element`` in ``data/calibration.yaml``: a fused kernel reads and writes each
+    16-bit element once, 4 bytes; torchtitan's complex multiplication in fp32 moves 20) in its
+    ``k_rot`` kernels. The backward rotates the gradients by the opposite angle: the same cost.
+
+    .. math:: t = \frac{B_\mathrm{rot}\, m (h + h_{kv}) / t}{\eta_\mathrm{HBM} B_\mathrm{HBM}} + k_\mathrm{rot}\, t_\mathrm{kernel}
+    """
+    return memory_bound_time(calib[C_ROTARY_BYTES] * m * (h + kv) / tp, calib[C_ROTARY_KERNELS], hbm_bw, calib)
+
+
+@njit(cache=True)
 def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False):
     """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
     (``ep``: expert-parallel degree, used by mixture-of-experts models only; ``tp_overlap``:
@@ -246,6 +261,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
     fwd_elem = memory_bound_time(unfused * chains + attention_fwd, fwd_kernels, hbm, calib)
     bwd_elem = memory_bound_time(unfused * 2.0 * chains + attention_bwd, 2.0 * fwd_kernels, hbm, calib)
+    if model[M_ROTARY] > 0.0:  # rotary embeddings of the queries and keys, forward and backward
+        rotary = rotary_time(m, h, kv, t, hbm, calib)
+        fwd_elem += rotary
+        bwd_elem += rotary
     if calib[C_BF16_OPTIMIZER] > 0.0:  # DeepSpeed's BF16_Optimizer: after each micro-batch's backward,
         # its 16-bit gradients are cast and added into the fp32 gradient buffer (update_hp_grads)
         bwd_elem += memory_bound_time(HP_GRAD_ACCUM_BYTES * model[M_PARAMS_LAYER] / t, 1.0, hbm, calib)

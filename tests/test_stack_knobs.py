@@ -525,11 +525,11 @@ def test_rotary_embedding_streams_the_stacks_bytes(stack, compiled, tp):
                     True, lc)
         costs[m.positions] = lc
     cal = catalog.calibration()
-    spec = cal["common"]["rotary_compiled_bytes_per_element"] if compiled else \
-        cal["stacks"][stack]["fixed"]["rotary_bytes_per_element"]
+    kernel = "fused" if compiled else cal["stacks"][stack]["fixed"]["rotary_kernel"]["value"]
+    spec = cal["common"]["rotary_kernels"][kernel]
     elements = rope.seq_len * (rope.hidden + rope.kv_heads * rope.head_dim) / tp
     rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
-    expected = spec["value"] * elements / rate + spec["kernels"] * calib[K.C_KERNEL_S]
+    expected = spec["bytes_per_element"] * elements / rate + spec["kernels"] * calib[K.C_KERNEL_S]
     for slot in (K.L_FWD_ELEM, K.L_BWD_ELEM):
         assert costs["rotary"][slot] - costs["learned"][slot] == pytest.approx(expected, rel=1e-9), slot
     assert costs["rotary"][K.L_FWD_GEMM] == costs["learned"][K.L_FWD_GEMM]
@@ -556,3 +556,25 @@ def test_a_bad_position_embedding_is_refused_with_one_line():
         validation._public_model(row)
     with pytest.raises(ValueError, match="catalog model llama3-8b"):
         validation._public_model({"id": "r2", "model": "llama3-8b", "position_embedding": "rotary"})
+
+
+def test_a_plan_names_its_rotary_kernel_and_fms_fsdp_rows_take_the_matrix_form():
+    """A plan's rotary_kernel replaces its stack's (compiled still fuses it); the fms-fsdp rows carry
+    foundation-model-stack's matrix form, every other FSDP row torchtitan's complex multiplication; a name
+    outside the catalog is refused with one line naming the field."""
+    base = {"id": "r", "model": "llama2-7b", "system": "dgx-h100", "gpus": 8,
+            "plan": {"tp": 1, "pp": 1, "global_batch": 16, "micro_batch": 2, "recompute": "none", "zero": 3,
+                     "flash_attention": True, "stack": "fsdp"}}
+    times = {k: perfmodel.predict({**base, "plan": {**base["plan"], "rotary_kernel": k}}).step_time_s
+             for k in ("", "fused", "complex", "matrix", "rotate_half")}
+    assert times[""] == times["complex"]
+    assert times["fused"] < times["complex"] < times["rotate_half"] < times["matrix"]
+    compiled = {k: perfmodel.predict({**base, "plan": {**base["plan"], "rotary_kernel": k, "compiled": True}})
+                .step_time_s for k in ("", "matrix")}
+    assert compiled[""] == compiled["matrix"]
+    kernels = {m.run.id: m.run.plan.rotary_kernel for m in validation.public_runs() if m.run.plan.stack == "fsdp"}
+    assert {k for i, k in kernels.items() if i.startswith("fmsfsdp")} == {"matrix"}
+    assert {k for i, k in kernels.items() if not i.startswith("fmsfsdp")} == {""}
+    with pytest.raises(SpecError) as err:
+        perfmodel.predict({**base, "plan": {**base["plan"], "rotary_kernel": "triton"}})
+    assert err.value.field.endswith("rotary_kernel") and "triton" in str(err.value) and "matrix" in str(err.value)

@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from . import __version__
+from .specs import ROTARY_KERNELS
 
 PROG = "trainscale"
 
@@ -275,7 +276,8 @@ def cmd_search(args) -> int:
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
     grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
                                     stack=args.stack, progress=_progress, compiled=args.compiled,
-                                    grad_reduce_fp32=args.grad_reduce_fp32, recompute_share=args.recompute_share)
+                                    grad_reduce_fp32=args.grad_reduce_fp32, recompute_share=args.recompute_share,
+                                    rotary_kernel=args.rotary_kernel)
     evaluated = int(grid["step_time_s"].size)
     feasible = int(grid["fits"].values.sum())
     best = []
@@ -288,7 +290,7 @@ def cmd_search(args) -> int:
     if args.json:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
                     "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
-                    "recompute_share": args.recompute_share,
+                    "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1),
                     "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best,
@@ -672,6 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gradients held and reduced in fp32 (DeepSpeed's BF16_Optimizer: all-reduced on --stack deepspeed)")
     p.add_argument("--recompute-share", type=_share, metavar="SHARE",
                    help="share of the forward a selective recompute recomputes (default: the stack's)")
+    p.add_argument("--rotary-kernel", default="", choices=("",) + ROTARY_KERNELS, metavar="KERNEL",
+                   help=f"how the code applies rotary embeddings ({', '.join(ROTARY_KERNELS)}; default: the stack's)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

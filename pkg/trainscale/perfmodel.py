@@ -22,7 +22,7 @@ from .kernels.collectives import allgather_time as _allgather_time
 from .kernels.collectives import allreduce_time as _allreduce_time
 from .kernels.collectives import alltoall_time as _alltoall_time
 from .kernels.plan import chunk_layers, layer_costs, out_link as _out_link, plan_costs, power_draw
-from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
+from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
 GiB = 2.0**30
@@ -134,13 +134,15 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
 
 def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None,
                        stack: str = DEFAULT_STACK, compiled: bool = False,
-                       grad_reduce_fp32: bool = False, recompute_share: float | None = None) -> np.ndarray:
+                       grad_reduce_fp32: bool = False, recompute_share: float | None = None,
+                       rotary_kernel: str = "") -> np.ndarray:
     """The calibration vector (layout ``C_*``) of a generation and stack; ``compiled`` (a plan's
     ``compiled``: torch.compile fuses the element-wise chains) sets the stack's element-wise traffic
     factor to 1, that of hand-fused kernels; ``grad_reduce_fp32`` (a plan's) makes the gradients
     4 bytes each, and where the stack reduces fp32 gradients with an all-reduce
     (``fp32_grads_allreduced``: DeepSpeed's BF16_Optimizer) it does so under ZeRO 1-2 too;
-    ``recompute_share`` (a plan's) replaces the stack's selective-recompute share."""
+    ``recompute_share`` (a plan's) replaces the stack's selective-recompute share; ``rotary_kernel``
+    (a plan's) the stack's rotary-embedding kernel (a compiled plan's is ``fused``)."""
     cal = catalog.calibration()
     params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
@@ -163,8 +165,11 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
                                           ("backward", K.C_LOSS_BWD_BYTES, K.C_LOSS_BWD_KERNELS)):
         loss = stack_fixed[f"loss_{direction}_bytes_per_logit"]
         vec[k_bytes], vec[k_kernels] = loss["value"], loss["kernels"]
-    rotary = common["rotary_compiled_bytes_per_element"] if compiled else stack_fixed["rotary_bytes_per_element"]
-    vec[K.C_ROTARY_BYTES], vec[K.C_ROTARY_KERNELS] = rotary["value"], rotary["kernels"]
+    kernel = "fused" if compiled else (rotary_kernel or stack_fixed["rotary_kernel"]["value"])
+    if kernel not in ROTARY_KERNELS:
+        raise SpecError("plan.rotary_kernel", kernel, f"expected one of {', '.join(ROTARY_KERNELS)}")
+    rotary = common["rotary_kernels"][kernel]
+    vec[K.C_ROTARY_BYTES], vec[K.C_ROTARY_KERNELS] = rotary["bytes_per_element"], rotary["kernels"]
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
     fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
     vec[K.C_ATTN_EFF] = fixed["fa2_attention_efficiency"]["value"] if fa2 else 1.0
@@ -184,9 +189,9 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
 def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
                             calibration: Mapping[str, float] | None = None) -> np.ndarray:
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
-    own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``)."""
+    own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``)."""
     return calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
-                              plan.recompute_share)
+                              plan.recompute_share, plan.rotary_kernel)
 
 
 def plan_fields(plan: PlanSpec) -> tuple:
@@ -454,14 +459,14 @@ def _axis(values, name: str) -> np.ndarray:
 
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
                   stack: str = DEFAULT_STACK, compiled: bool = False, grad_reduce_fp32: bool = False,
-                  recompute_share: float | None = None, **axes: Iterable) -> xr.Dataset:
+                  recompute_share: float | None = None, rotary_kernel: str = "", **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
     Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
     non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
-    invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32`` and ``recompute_share``
-    (one per grid; the share acts on the selective plans) are those fields of every plan
+    invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share`` and
+    ``rotary_kernel`` (one per grid; the share acts on the selective plans) are those fields of every plan
     (:class:`~trainscale.specs.PlanSpec`).
     """
     model = resolve_model(model)
@@ -477,7 +482,8 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
-    calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share)
+    calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
+                               rotary_kernel)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep)
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
@@ -561,7 +567,7 @@ RERANK_CANDIDATES = 32
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
-           recompute_share: float | None = None) -> tuple[xr.Dataset, list[dict]]:
+           recompute_share: float | None = None, rotary_kernel: str = "") -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
@@ -569,20 +575,22 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their predicted
     step time (simulated), the closed form's, throughput, MFU and memory. ``progress`` (optional)
     wraps the re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal.
-    ``stack``, ``compiled``, ``grad_reduce_fp32`` and ``recompute_share`` are fixed plan fields of
-    every plan searched (the share only on the selective ones).
+    ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share`` and ``rotary_kernel`` are fixed
+    plan fields of every plan searched (the share only on the selective ones).
     """
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
     grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack,
                          compiled=compiled, grad_reduce_fp32=grad_reduce_fp32, recompute_share=recompute_share,
-                         **space)
+                         rotary_kernel=rotary_kernel, **space)
     candidates = rank(grid, max(top, rerank))
     for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
         entry["plan"]["stack"] = stack
         entry["plan"]["compiled"] = bool(compiled)
         entry["plan"]["grad_reduce_fp32"] = bool(grad_reduce_fp32)
+        if rotary_kernel:
+            entry["plan"]["rotary_kernel"] = rotary_kernel
         if recompute_share is not None and entry["plan"]["recompute"] == "selective":
             entry["plan"]["recompute_share"] = float(recompute_share)
         run = RunSpec(id="search", model=model, system=system,
@@ -662,7 +670,7 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]),
                     stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)),
                     grad_reduce_fp32=bool(p.get("grad_reduce_fp32", False)),
-                    recompute_share=p.get("recompute_share"))
+                    recompute_share=p.get("recompute_share"), rotary_kernel=p.get("rotary_kernel", ""))
 
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",

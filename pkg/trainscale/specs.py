@@ -22,6 +22,8 @@ FFN_TYPES = ("gelu", "swiglu")
 # how a model encodes token positions: a learned table added to the input (GPT), rotary embeddings
 # applied to queries and keys in every layer (Llama, Su et al. 2021), or ALiBi biases on the scores (BLOOM)
 POSITION_EMBEDDINGS = ("learned", "rotary", "alibi")
+# how a code base applies rotary embeddings (HBM bytes and kernels of each: data/calibration.yaml, rotary_kernels)
+ROTARY_KERNELS = ("fused", "complex", "matrix", "rotate_half")
 
 
 _REPR = reprlib.Repr()
@@ -454,6 +456,11 @@ class PlanSpec:
     recompute recomputes, for a run whose checkpointing fraction is known (fms-fsdp checkpoints a
     fraction of its blocks, ``selective_checkpointing``); by default the stack's documented share
     (``selective_recompute_share`` in ``data/calibration.yaml``).
+    ``rotary_kernel`` is how the code applies a rotary model's position embeddings (``fused``,
+    ``complex``, ``matrix``, ``rotate_half``: the HBM bytes and kernels of each in ``rotary_kernels``
+    of ``data/calibration.yaml``), for a run whose code base is not its stack's reference (fms-fsdp on
+    the ``fsdp`` stack, whose reference is torchtitan); by default the stack's (``rotary_kernel``), and
+    ``fused`` when ``compiled``.
     """
 
     tp: int = 1
@@ -476,6 +483,7 @@ class PlanSpec:
     compiled: bool = False
     grad_reduce_fp32: bool = False
     recompute_share: float | None = None  # None: the stack's documented selective share
+    rotary_kernel: str = ""  # "": the stack's
 
     @property
     def gpus(self) -> int:
@@ -522,6 +530,7 @@ class PlanSpec:
             compiled=_bool(d, "compiled", where, False),
             grad_reduce_fp32=_bool(d, "grad_reduce_fp32", where, False),
             recompute_share=_float(d, "recompute_share", where, None, allow_none=True),
+            rotary_kernel=_choice(d, "rotary_kernel", where, "", ("",) + ROTARY_KERNELS) or "",
         )
         if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
             raise SpecError("plan.recompute_share", plan.recompute_share,

@@ -193,6 +193,8 @@ def _public_plan(row: Mapping) -> dict:
             plan[key] = value
     if row.get("recompute_share"):
         plan["recompute_share"] = float(row["recompute_share"])
+    if row.get("rotary_kernel"):  # a code base other than the stack's reference (PlanSpec checks the name)
+        plan["rotary_kernel"] = row["rotary_kernel"]
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value
@@ -457,7 +459,7 @@ def searched_prediction(m: MeasuredRun, calibration: Mapping[str, float] | None 
     _, best = perfmodel.search(m.run.model, m.run.system, m.run.gpus, plan.global_batch, top=1,
                                space=searched_space(m, values), calibration=calibration, stack=plan.stack,
                                compiled=plan.compiled, grad_reduce_fp32=plan.grad_reduce_fp32,
-                               recompute_share=plan.recompute_share)
+                               recompute_share=plan.recompute_share, rotary_kernel=plan.rotary_kernel)
     if not best:
         return {}, float("nan")
     chosen = best[0]["plan"]

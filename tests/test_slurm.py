@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 import yaml
 
-from conftest import BIN_DIR, REPO_ROOT, run_snakemake, tail, workflow_env
+from conftest import BIN_DIR, QUICK_CONFIG, REPO_ROOT, run_snakemake, tail, workflow_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow, pytest.mark.slow]
 
@@ -67,7 +67,7 @@ def sweep_targets():
     if not names:
         return [], "no `sweeps:` in config/config.yaml: no split sweep run on SLURM"
     target = f"results/quick/sweeps/{names[0]}.nc"
-    proc = run_snakemake(target, "-n", "--nolock", "--config", "mode=quick")
+    proc = run_snakemake(target, "-n", "--nolock", *QUICK_CONFIG)
     if proc.returncode != 0:
         return [], f"the workflow cannot make {target} (dry run failed):\n{tail(proc.stdout, 15)}"
     return [target], None
@@ -158,7 +158,7 @@ def test_quick_studies_and_sweep_on_slurm(slurm_cluster, quick_workflow):
     targets = [f for s in STUDIES for f in study_outputs(s)] + sweeps
 
     # the local outputs to compare with (the studies come from quick_workflow, the sweep may not)
-    proc = run_snakemake(*targets, "--cores", "2", "--config", "mode=quick")
+    proc = run_snakemake(*targets, "--cores", "2", *QUICK_CONFIG)
     assert proc.returncode == 0, tail(proc.stdout)
 
     # A copy of the working tree under /tmp (the one SLURM node is this machine).
@@ -175,7 +175,7 @@ def test_quick_studies_and_sweep_on_slurm(slurm_cluster, quick_workflow):
         cmd = [
             "timeout", "-s", "INT", "-k", "30", str(TIMEOUT_S),
             str(BIN_DIR / "snakemake"), "--workflow-profile", PROFILE,
-            "--config", "mode=quick", "--", *targets,
+            *QUICK_CONFIG, "--", *targets,
         ]  # fmt: skip
         start = time.monotonic()
         run = subprocess.run(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run_snakemake, tail
+from conftest import QUICK_CONFIG, REPO_ROOT, run_snakemake, tail
 from trainscale import catalog
 from trainscale import io as tsio
 from trainscale.studies import registry
@@ -48,7 +48,7 @@ def test_rerun_is_byte_identical(quick_workflow):
     when its datasets record the current commit (a fresh clone, as in CI); outputs left from an
     earlier commit record that commit's id, so then a first forced run makes the reference."""
     def forced_run():
-        proc = run_snakemake("--cores", "2", "--config", "mode=quick", "--forceall")
+        proc = run_snakemake("--cores", "2", *QUICK_CONFIG, "--forceall")
         assert proc.returncode == 0, tail(proc.stdout)
         return _hashes(quick_workflow)
 

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO_ROOT, run_snakemake, tail
+from conftest import QUICK_CONFIG, REPO_ROOT, run_snakemake, tail
 from trainscale import io as tsio
 from trainscale import sweep
 from trainscale.specs import SpecError
@@ -77,7 +77,7 @@ def test_bad_sweep_spec_names_the_field(change, field):
 
 @pytest.fixture(scope="module")
 def quick_sweeps():
-    proc = run_snakemake("sweeps", "--cores", "2", "--config", "mode=quick")
+    proc = run_snakemake("sweeps", "--cores", "2", *QUICK_CONFIG)
     if proc.returncode != 0:
         pytest.fail(f"quick sweeps failed:\n{tail(proc.stdout)}", pytrace=False)
     return REPO_ROOT / "results" / "quick" / "sweeps"

@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 import yaml
 
-from conftest import BIN_DIR, REPO_ROOT, run_snakemake, tail
+from conftest import BIN_DIR, QUICK_CONFIG, REPO_ROOT, run_snakemake, tail
 
 pytestmark = pytest.mark.workflow
 
@@ -232,7 +232,7 @@ def test_datasets_have_dims_vars_and_units(quick_workflow, relpath):
 
 
 def test_rerun_has_nothing_to_do(quick_workflow):
-    proc = run_snakemake("-n", "--nolock", "--config", "mode=quick")
+    proc = run_snakemake("-n", "--nolock", *QUICK_CONFIG)
     assert proc.returncode == 0, tail(proc.stdout)
     assert "Nothing to be done" in proc.stdout, tail(proc.stdout)
 

@@ -47,9 +47,8 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     if model.is_moe:  # the layer's shared part; its experts in their own slot
         vec[K.M_PARAMS_LAYER] = model.shared_params_per_layer()
         vec[K.M_PARAMS_EXPERTS] = model.expert_params_per_layer()
-    positions = model.seq_len * h if model.learned_positions else 0
     vec[K.M_ROTARY] = 1.0 if model.rotary else 0.0
-    vec[K.M_PARAMS_EMBED] = model.vocab * h + positions
+    vec[K.M_PARAMS_EMBED] = model.vocab * h + model.position_params()
     vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
     vec[K.M_TENSORS_LAYER] = model.tensors_per_layer()
     return vec

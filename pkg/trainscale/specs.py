@@ -104,6 +104,13 @@ def _choice(d: Mapping, key: str, where: str | None, default: str, choices) -> s
     return value
 
 
+def _optional_choice(d: Mapping, key: str, where: str | None, choices) -> str:
+    """One of ``choices``, or "" where the field is absent, null or blank (its default applies)."""
+    if d.get(key) in (None, ""):
+        return ""
+    return _choice(d, key, where, "", choices)
+
+
 def _reject_unknown(d: Mapping, known, where: str | None, what: str) -> None:
     for key in d:
         if key not in known:
@@ -163,6 +170,10 @@ class ModelSpec:
     def learned_positions(self) -> bool:
         return self.positions == "learned"
 
+    def position_params(self) -> int:
+        """Parameters of the learned position table (``seq_len x hidden``); none for rotary or ALiBi."""
+        return self.seq_len * self.hidden if self.learned_positions else 0
+
     @property
     def is_moe(self) -> bool:
         return self.experts > 1
@@ -216,9 +227,8 @@ class ModelSpec:
         """All parameters: layers, final norm, input embedding (plus a learned position table)
         and the untied output projection."""
         h = self.hidden
-        positions = self.seq_len * h if self.learned_positions else 0
         final_norm = 2 * h if self.has_biases else h
-        return self.layers * self.params_per_layer() + 2 * self.vocab * h + positions + final_norm
+        return self.layers * self.params_per_layer() + 2 * self.vocab * h + self.position_params() + final_norm
 
     def active_params(self) -> int:
         """Parameters a token uses: all of a dense model; a MoE model's ``top_k`` experts per layer."""
@@ -247,9 +257,6 @@ class ModelSpec:
         if top_k > experts:
             raise SpecError("top_k", top_k, f"expected at most experts = {experts}", where)
         capacity = _float(d, "capacity_factor", where, 1.0, minimum=1.0)
-        positions = d.get("position_embedding", "")
-        if positions not in ("", None):
-            positions = _choice(d, "position_embedding", where, "", POSITION_EMBEDDINGS)
         return cls(
             name=str(d.get("name", name)),
             layers=_int(d, "layers", where),
@@ -264,7 +271,7 @@ class ModelSpec:
             experts=experts,
             top_k=top_k,
             capacity_factor=capacity,
-            position_embedding=positions or "",
+            position_embedding=_optional_choice(d, "position_embedding", where, POSITION_EMBEDDINGS),
         )
 
 
@@ -530,7 +537,7 @@ class PlanSpec:
             compiled=_bool(d, "compiled", where, False),
             grad_reduce_fp32=_bool(d, "grad_reduce_fp32", where, False),
             recompute_share=_float(d, "recompute_share", where, None, allow_none=True),
-            rotary_kernel=_choice(d, "rotary_kernel", where, "", ("",) + ROTARY_KERNELS) or "",
+            rotary_kernel=_optional_choice(d, "rotary_kernel", where, ROTARY_KERNELS),
         )
         if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
             raise SpecError("plan.recompute_share", plan.recompute_share,

@@ -172,10 +172,10 @@ def rotary_time(m, h, kv, tp, hbm_bw, calib):
     r"""Seconds per pass of a layer's rotary position embedding (Su et al. 2021) on one GPU.
 
     The rotation is applied to this GPU's share of the queries and keys, ``m (h + h_kv) / t``
-    elements, as a memory-bound kernel chain moving the stack's ``B_rot`` bytes per element
-    (``rotary_bytes_per_element`` in ``data/calibration.yaml``: a fused kernel reads and writes each
-    16-bit element once, 4 bytes; torchtitan's complex multiplication in fp32 moves 20) in its
-    ``k_rot`` kernels. The backward rotates the gradients by the opposite angle: the same cost.
+    elements, as a memory-bound kernel chain moving the plan's ``B_rot`` bytes per element in its
+    ``k_rot`` kernels (``rotary_kernels`` in ``data/calibration.yaml``, counted from each code: a fused
+    kernel reads and writes each 16-bit element once, 4 bytes; torchtitan's complex multiplication in
+    fp32 moves 20, foundation-model-stack's 2 x 2 rotation matrices 36). The backward rotates the gradients by the opposite angle: the same cost.
 
     .. math:: t = \frac{B_\mathrm{rot}\, m (h + h_{kv}) / t}{\eta_\mathrm{HBM} B_\mathrm{HBM}} + k_\mathrm{rot}\, t_\mathrm{kernel}
     """

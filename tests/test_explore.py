@@ -239,6 +239,8 @@ def test_notebook_is_committed_stripped_with_a_parameters_cell():
     assert not [m for m in imported if "kernels" in m.split(".")], imported  # the model's API only
 
 
+# slow: executes the explore notebook (8 s); CI runs it (make test-all)
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_notebook_executes_headless(tmp_path):
     papermill = pytest.importorskip("papermill")

@@ -307,6 +307,8 @@ def test_ist_stalls_at_a_floor_that_grows_with_heterogeneity():
     assert 0.01 < floors[0] < floors[1], floors
 
 
+# slow: 400 Monte-Carlo runs (8 s); CI runs it (make test-all)
+@pytest.mark.slow
 def test_ist_mean_iterate_reaches_the_biased_fixed_point():
     """With full shard gradients ``f_i(x) = x'L_i x/2 - b_i'x`` and a fresh permutation each step,
     ``E x_{k+1} = E x_k - lr (M E x_k - b)`` with ``b = mean_i b_i`` and

@@ -19,6 +19,7 @@ from trainscale import perfmodel
 from trainscale.kernels import collectives as C
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
+from trainscale.kernels import plan as P
 from trainscale.kernels.grid import evaluate_grid as grid_kernel
 from trainscale.kernels.plan import layer_costs, plan_costs, stage_layers
 from trainscale.specs import ModelSpec, PlanSpec, RunSpec, resolve_model, resolve_system
@@ -225,6 +226,84 @@ def test_pipeline_bubble_closed_form(pp, v, micro):
 # --------------------------------------------------------------------------- grid
 SMALL = dict(tp=[1, 2, 4, 8], pp=[1, 2, 4], micro_batch=[1, 2], recompute=["none", "selective", "full"],
              zero=[0, 3], sequence_parallel=[0, 1], tp_comm_overlap=[0, 1])
+
+
+# --------------------------------------------------------------------------- DeepSpeed ZeRO-3 windows
+Z3_SYSTEM = perfmodel.system_vector(resolve_system("dgx-a100-80gb"))
+
+
+def _z3_calib(fetch_s):
+    calib = perfmodel.calibration_vector("ampere", {"zero3_fetch_s": fetch_s}, stack="deepspeed")
+    return calib
+
+
+@pytest.mark.parametrize("name, matrices", [("gpt3-175b", 4), ("llama2-7b", 7)])
+def test_zero3_matrices_add_up_to_the_layer_weights(name, matrices):
+    # the matrices DeepSpeed fetches one by one are the layer's weights but its norms and biases
+    model = resolve_model(name)
+    vec = perfmodel.model_vector(model)
+    assert vec[K.M_TENSORS_LAYER] == matrices
+    total = sum(P.zero3_tensor_params(vec, i) for i in range(matrices))
+    h = model.hidden
+    extras = (4 * h + (h + 2 * model.kv_heads * model.head_dim) + h + model.ffn_hidden + h if model.has_biases
+              else 2 * h)
+    assert total == pytest.approx(model.params_per_layer() - extras, rel=1e-12)
+
+
+@FAST
+@given(work_s=st.floats(1e-4, 10.0), share_recomp=st.sampled_from([0.0, 1.0]), group=st.sampled_from([8, 64, 768]),
+       name=st.sampled_from(["gpt3-175b", "llama2-7b", "gpt-1.7b"]))
+def test_zero3_windows_are_the_sum_over_matrices(work_s, share_recomp, group, name):
+    # one matrix ahead: each matrix's share of a pass runs beside the next matrix's gather (backward:
+    # the previous one's, and the reduce-scatter of the matrix before); each fetch adds its host cost
+    vec = perfmodel.model_vector(resolve_model(name))
+    calib = _z3_calib(2e-3)
+    n, tp, slow = int(vec[K.M_TENSORS_LAYER]), 1, 0.2
+    sizes = [P.zero3_tensor_params(vec, i) for i in range(n)]
+    shares = [x / sum(sizes) for x in sizes]
+    gather = [P.zero3_tensor_gather_time(vec, Z3_SYSTEM, calib, tp, group, i) - 2e-3 for i in range(n)]
+    bw, lat = P.out_link(Z3_SYSTEM, group, tp)
+    scatter = [C.allgather_time(2.0 * x, group, tp, 8, Z3_SYSTEM[K.S_SCALE_UP_BW], Z3_SYSTEM[K.S_SCALE_UP_LAT], bw,
+                                lat, calib[K.C_NET_EFF]) for x in sizes]
+
+    def exposed(c, w):
+        return max(c - w, c * slow / (1 + slow))
+
+    fwd = sum(exposed(gather[(i + 1) % n], work_s * shares[i]) + 2e-3 for i in range(n))
+    recomp = share_recomp * work_s
+    bwd = sum(exposed(gather[(i + 1) % n], recomp * shares[i]) + 2e-3 for i in range(n)) if recomp else 0.0
+    bwd += sum(exposed(gather[i - 1] + scatter[(i + 1) % n], 2 * work_s * shares[i]) + 2e-3 for i in range(n))
+    got = P.zero3_tensor_windows(vec, Z3_SYSTEM, calib, tp, group, work_s, recomp, 2 * work_s, slow)
+    assert got[0] == pytest.approx(fwd, rel=1e-12) and got[1] == pytest.approx(bwd, rel=1e-12)
+
+
+@FAST
+@given(work_s=st.floats(1e-5, 10.0), group=st.sampled_from([2, 16, 384, 1536]),
+       name=st.sampled_from(["gpt3-175b", "llama2-7b", "gpt-1.7b"]))
+def test_zero3_one_matrix_ahead_never_hides_more_than_a_layer_ahead(work_s, group, name):
+    # sum_i max(w_i, c_i) >= max(sum w, sum c): without host cost and slowdown, pipelining the
+    # fetches one matrix ahead exposes at least what prefetching the whole next layer would
+    vec = perfmodel.model_vector(resolve_model(name))
+    calib = _z3_calib(0.0)
+    n = int(vec[K.M_TENSORS_LAYER])
+    gathers = sum(P.zero3_tensor_gather_time(vec, Z3_SYSTEM, calib, 1, group, i) for i in range(n))
+    fwd, _ = P.zero3_tensor_windows(vec, Z3_SYSTEM, calib, 1, group, work_s, 0.0, 2 * work_s, 0.0)
+    assert fwd >= max(0.0, gathers - work_s) * (1 - 1e-12)
+
+
+def test_zero3_per_tensor_buffers_hold_two_matrices():
+    # DeepSpeed holds the matrix in use and the prefetched next one (GPT: the FFN's two, 8 h^2),
+    # FSDP the layer in use and the next layer
+    model = resolve_model("gpt3-175b")
+    plan = dict(tp=1, pp=1, dp=384, micro_batch=1, global_batch=384, zero=3, recompute="full",
+                stack="deepspeed", overlap_grad_reduce=True)
+    system = resolve_system("dgx-a100-80gb")
+    deepspeed = perfmodel.predict(RunSpec(id="z", model=model, system=system,
+                                          plan=PlanSpec(**plan, zero3_per_tensor=True)))
+    fsdp = perfmodel.predict(RunSpec(id="z", model=model, system=system, plan=PlanSpec(**plan)))
+    gib = 2.0 ** 30
+    assert deepspeed.memory_breakdown_gib["buffers"] == pytest.approx(2 * 8 * model.hidden ** 2 / gib, rel=1e-12)
+    assert fsdp.memory_breakdown_gib["buffers"] == pytest.approx(2 * 2 * model.params_per_layer() / gib, rel=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,8 @@ def quick_sweeps():
     return REPO_ROOT / "results" / "quick" / "sweeps"
 
 
+# slow: runs the split sweep workflow (18 s); CI runs it (make test-all)
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_workflow_plan_sweep_equals_unsplit(quick_sweeps):
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
@@ -96,6 +98,8 @@ def test_workflow_plan_sweep_equals_unsplit(quick_sweeps):
     assert gathered.attrs["parameters"] == reference.attrs["parameters"]
 
 
+# slow: shares the split sweep workflow (18 s) with the test above; CI runs it (make test-all)
+@pytest.mark.slow
 @pytest.mark.workflow
 def test_workflow_notebook_sweep_stacks_parameter_sets(quick_sweeps):
     config = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())

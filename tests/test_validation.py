@@ -26,10 +26,11 @@ def test_published_runs_accuracy(published):
     mape, worst = float(ape.mean()), float(ape.max())
     worst_run = str(ds["run"].values[int(ape.argmax())])
     msg = f"published runs: MAPE {100 * mape:.2f}%, worst {100 * worst:.2f}% ({worst_run})"
-    assert mape <= 0.10, msg
-    # 25%: DeepSpeed's ZeRO-3 at 384 GPUs, priced at the bytes it moves and fully overlapped,
-    # comes out 25% fast (the per-tensor form it replaced fitted it to 14%, but was 70% off left out)
-    assert worst <= 0.25, msg
+    # the targets, met in the fit since DeepSpeed's ZeRO-3 fetches are pipelined one weight
+    # matrix ahead (kernels.plan.zero3_tensor_windows): 3.4%, worst 7.4% (with the whole next layer
+    # prefetched, the 384-GPU ZeRO-3 run was 21% fast)
+    assert mape <= 0.05, msg
+    assert worst <= 0.15, msg
     assert ds.attrs["mape_published"] == pytest.approx(mape, rel=1e-12)
     assert ds.attrs["max_abs_error_published"] == pytest.approx(worst, rel=1e-12)
 
@@ -40,8 +41,8 @@ def test_published_runs_left_out_accuracy():
     cv = yaml.safe_load(catalog.data_path(calibration.FITTED_FILE).read_text())["cross_validation"]
     left_out = cv["leave_one_dataset_out"]["published"]
     assert left_out["runs"] >= 20
-    assert left_out["mape"] <= 0.10, left_out
-    assert left_out["worst"] <= 0.40, left_out
+    assert left_out["mape"] <= 0.06, left_out  # 5.04% (2026-12-05): the 5% target is missed by 0.04 points
+    assert left_out["worst"] <= 0.15, left_out
 
 
 def test_vtrain_multi_accuracy():

@@ -50,7 +50,7 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_ROTARY] = 1.0 if model.rotary else 0.0
     vec[K.M_PARAMS_EMBED] = model.vocab * h + model.position_params()
     vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
-    vec[K.M_TENSORS_LAYER] = model.tensors_per_layer()
+    vec[K.M_TENSORS_LAYER] = model.weight_matrices_per_layer()
     return vec
 
 

@@ -217,11 +217,12 @@ class ModelSpec:
         h, f = self.hidden, self.ffn_hidden
         return self.ffn_matrices * h * f + (f + h if self.has_biases else 0)
 
-    def tensors_per_layer(self) -> int:
-        """Parameter tensors of one layer: GPT's fused QKV, projection, two FFN matrices, each with
-        a bias, and two LayerNorms with weight and bias (12); Llama's Q, K, V, O, gate, up, down and
-        two RMSNorm weights (9)."""
-        return 12 if self.has_biases else 9
+    def weight_matrices_per_layer(self) -> int:
+        """Weight matrices of one layer, the tensors DeepSpeed's ZeRO-3 gathers one by one (its
+        biases and norms, under ``stage3_param_persistence_threshold``'s 1e5 elements, stay
+        resident): GPT's (Megatron's) fused QKV, projection and two FFN matrices (4); Llama's
+        separate Q, K, V, O and its FFN matrices (gate, up, down: 7)."""
+        return 4 if self.has_biases else 4 + self.ffn_matrices
 
     def params(self) -> int:
         """All parameters: layers, final norm, input embedding (plus a learned position table)

@@ -16,7 +16,7 @@ M_SEQ = 7
 M_PARAMS_LAYER = 8
 M_PARAMS_EMBED = 9  # input embedding (+ learned positions)
 M_PARAMS_HEAD = 10  # output projection (+ final norm)
-M_TENSORS_LAYER = 11  # parameter tensors per layer (DeepSpeed-style ZeRO-3 fetches each one)
+M_TENSORS_LAYER = 11  # weight matrices per layer: 4 fused (Megatron's GPT), else Q, K, V, O + FFN (DeepSpeed's ZeRO-3 fetches each one)
 # mixture of experts (all zero for a dense model: the kernels then take the dense path)
 M_EXPERTS = 12  # experts per MoE layer (0 or 1: dense)
 M_TOP_K = 13  # experts each token is routed to

@@ -518,6 +518,29 @@ def chunk_layers(layers, pp, v):
 
 
 @njit(cache=True)
+def zero3_tensor_params(model, i):
+    """Parameters of weight matrix ``i`` (forward order) of one layer, the unit DeepSpeed's ZeRO-3
+    gathers: with ``model[M_TENSORS_LAYER]`` = 4, Megatron's fused layout (QKV, projection, the
+    FFN's input matrices fused, its output matrix); otherwise Q, K, V, O and the FFN's matrices."""
+    h = model[M_HIDDEN]
+    kv = model[M_KV_HEADS] * h / model[M_HEADS]
+    f = model[M_FFN]
+    if int(model[M_TENSORS_LAYER]) == 4:
+        if i == 0:
+            return h * (h + 2.0 * kv)
+        if i == 1:
+            return h * h
+        if i == 2:
+            return (model[M_FFN_MATS] - 1.0) * h * f
+        return h * f
+    if i == 0 or i == 3:
+        return h * h
+    if i < 3:
+        return kv * h
+    return h * f
+
+
+@njit(cache=True)
 def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_tensor):
     """ZeRO-3 / FSDP communication of one layer and micro-batch, before any overlap:
     ``(gather_s, reduce_scatter_s, end_gathers_s)``, the last for the embedding (or output layer)
@@ -526,11 +549,8 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     A layer's parameters are all-gathered before every use (forward, backward, and the recomputed
     forward) and its gradients reduce-scattered (in ``calib[C_GRAD_BYTES]`` bytes each: torchtitan
     reduces in fp32), per micro-batch. PyTorch FSDP gathers a layer as
-    one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetches each parameter tensor separately,
-    each fetch paying ring latency and a host-side cost ``C_FETCH_S``. A per-tensor fetch is a
-    small collective over the whole data-parallel group (a few hundred kB per rank), for which
-    NCCL opens few channels: it moves at one NIC's bandwidth, not the node's ``n_in`` NICs pooled
-    as a large flat-buffer gather does. This form scales with bytes: the published 175B ZeRO-3
+    one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetches each weight matrix separately
+    (:func:`zero3_tensor_gather_time`). This form scales with bytes: the published 175B ZeRO-3
     runs (Narayanan et al. 2021, 384-1536 A100) take about as long as every GPU receiving its
     full share of the parameters through its own NIC in each pass, while a cost per tensor
     alone (the form used until 2026-12) fits those three runs but cannot carry to other sizes.
@@ -542,17 +562,15 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
     t = float(tp)
     group = n_shard * cp
-    tensors = model[M_TENSORS_LAYER] if per_tensor else 1.0
-    fetch = calib[C_FETCH_S] if per_tensor else 0.0
     layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
     bw_z, lat_z = out_link(system, group, tp)
-    bw_fetch = bw_z
-    if per_tensor:  # one ring channel per fetch: the node's NICs are not pooled (see docstring)
-        n_in, _ = group_split(group, tp, domain)
-        bw_fetch = bw_z / n_in
-    gather = tensors * (allgather_time(layer_bytes / tensors, group, tp, domain, bw_up, lat_up, bw_fetch, lat_z,
-                                       eff) + fetch)
     grad_scale = calib[C_GRAD_BYTES] / BYTES  # gradients reduced in the stack's or plan's precision
+    if per_tensor:
+        gather = 0.0
+        for i in range(int(model[M_TENSORS_LAYER])):
+            gather += zero3_tensor_gather_time(model, system, calib, tp, group, i)
+    else:
+        gather = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
     scatter = allgather_time(grad_scale * layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
     if model[M_EXPERTS] > 1.0 and e_shard * cp > 1:  # local experts, over the expert-data-parallel ranks
         e_group = e_shard * cp
@@ -563,6 +581,65 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
     per_end = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
     return gather, scatter, per_end
+
+
+@njit(cache=True)
+def zero3_tensor_gather_time(model, system, calib, tp, group, i):
+    """One DeepSpeed ZeRO-3 fetch of weight matrix ``i`` (:func:`zero3_tensor_params`) over the
+    ``group`` sharding ranks: its all-gather plus the host-side cost ``calib[C_FETCH_S]`` (issue,
+    wait, re-partition). A fetch is a collective of one tensor, for which NCCL opens few
+    channels: it moves at one NIC's bandwidth, not the node's NICs pooled as a large flat-buffer
+    gather does."""
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    bw_z, lat_z = out_link(system, group, tp)
+    n_in, _ = group_split(group, tp, domain)
+    nbytes = BYTES * zero3_tensor_params(model, i) / tp
+    return allgather_time(nbytes, group, tp, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_z / n_in,
+                          lat_z, calib[C_NET_EFF]) + calib[C_FETCH_S]
+
+
+@njit(cache=True)
+def zero3_tensor_windows(model, system, calib, tp, group, fwd_s, recomp_s, bwd_s, slowdown):
+    """Exposed seconds ``(forward, backward)`` of DeepSpeed's ZeRO-3 in one layer and micro-batch,
+    its fetches pipelined one weight matrix ahead.
+
+    DeepSpeed's ZeRO-3 (``stage3.py``, v0.3.13-0.5, 2021: the code of the published 175B runs'
+    time) fetches a sub-module's parameters in its pre-forward (pre-backward) hook and waits for
+    them with ``torch.cuda.synchronize()``, then prefetches the next parameters only when no
+    fetch is in flight, up to ``stage3_prefetch_bucket_size`` (default 5e7 elements, less than
+    one of these matrices: one matrix ahead). Each matrix's computation therefore runs beside
+    the next matrix's fetch and nothing else, and the device synchronisation also waits for the
+    gradient reduce-scatter launched by the matrix before (backward). With weight matrices
+    ``i`` of parameter share ``p_i`` (their GEMMs' share of a pass's work ``W``), the pass takes
+
+    .. math:: \\sum_i W p_i + \\mathrm{exposed}(c_i, W p_i) + h,
+
+    with ``c_i`` the next matrix's gather (and, backward, the previous one's reduce-scatter),
+    ``exposed`` :func:`overlapped_exposed` and ``h`` the host cost of a fetch (paid after the
+    synchronisation, while the GPU waits). ``recomp_s``: the recomputed forward inside the
+    backward (0 without full recomputation), priced as a forward."""
+    n = int(model[M_TENSORS_LAYER])
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    bw_z, lat_z = out_link(system, group, tp)
+    total = 0.0
+    for i in range(n):
+        total += zero3_tensor_params(model, i)
+    grad_scale = calib[C_GRAD_BYTES] / BYTES
+    fetch_s = calib[C_FETCH_S]
+    fwd = 0.0
+    bwd = 0.0
+    for i in range(n):
+        share = zero3_tensor_params(model, i) / total
+        nxt = zero3_tensor_gather_time(model, system, calib, tp, group, (i + 1) % n) - fetch_s
+        prev = zero3_tensor_gather_time(model, system, calib, tp, group, (i - 1 + n) % n) - fetch_s
+        after = BYTES * grad_scale * zero3_tensor_params(model, (i + 1) % n) / tp  # its gradients
+        scatter = allgather_time(after, group, tp, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_z,
+                                 lat_z, calib[C_NET_EFF])
+        fwd += overlapped_exposed(nxt, fwd_s * share, slowdown) + fetch_s
+        if recomp_s > 0.0:
+            bwd += overlapped_exposed(nxt, recomp_s * share, slowdown) + fetch_s
+        bwd += overlapped_exposed(prev + scatter, bwd_s * share, slowdown) + fetch_s
+    return fwd, bwd
 
 
 @njit(cache=True)
@@ -633,7 +710,8 @@ def state_bytes_per_param(zero, shard_ranks, grad_bytes):
 
 
 @njit(cache=True)
-def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out):
+def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out,
+                      per_tensor=False):
     """Per-GPU memory of the most loaded pipeline stage, by component, into ``out[O_MEM_*]``;
     returns the total (bytes).
 
@@ -644,6 +722,9 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     (``calib[C_BF16_OPTIMIZER]`` = 1, ZeRO 0-1) holds the 16-bit gradients of every parameter as well
     as its fp32 accumulation buffer: its pipeline engine only zeroes them between micro-batches
     (``clear_lp_grads``, then ``update_hp_grads(clear_lp_grads=False)``), 2 more bytes per parameter.
+    ZeRO-3 holds gathered weights beyond its shard: FSDP the layer in use and the prefetched next
+    one; DeepSpeed (``per_tensor``, dense layers) the weight matrix in use and the next one
+    (:func:`zero3_tensor_windows`).
     """
     layers = int(model[M_LAYERS])
     t = float(tp)
@@ -689,7 +770,12 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
             out[O_MEM_OPTIMIZER] = optim
             out[O_MEM_ACTIVATIONS] = a
     buffers = 0.0
-    if zero == 3:  # prefetched layers
+    if zero == 3 and per_tensor and pe_layer == 0.0:  # the matrix in use and the prefetched next one
+        n = int(model[M_TENSORS_LAYER])
+        for i in range(n):
+            pair = BYTES * (zero3_tensor_params(model, i) + zero3_tensor_params(model, (i + 1) % n)) / t
+            buffers = pair if pair > buffers else buffers
+    elif zero == 3:  # the layer in use and the prefetched next one
         buffers = 2.0 * BYTES * (p_layer + pe_layer)
     out[O_MEM_TRANSIENT] = lc[L_WORK_BYTES]
     out[O_MEM_BUFFERS] = buffers
@@ -736,10 +822,15 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     fwd_l, bwd_l = layer_fwd_bwd(lc)
     z3_fwd = z3_fwd_comm
     z3_bwd = z3_bwd_comm
-    if overlap:
+    if overlap and zero == 3:
         slow = calib[C_OVERLAP_SLOWDOWN]
-        z3_fwd = overlapped_exposed(z3_fwd_comm, fwd_l + lc[L_CP_FWD], slow)
-        z3_bwd = overlapped_exposed(z3_bwd_comm, bwd_l + cp_l - lc[L_CP_FWD], slow)
+        if per_tensor and not moe and n_shard * cp > 1:  # DeepSpeed: one weight matrix ahead
+            recomp_pass = lc[L_RECOMP] + lc[L_RECOMP_TP] if rc == RC_FULL else 0.0
+            z3_fwd, z3_bwd = zero3_tensor_windows(model, system, calib, tp, n_shard * cp, fwd_l + lc[L_CP_FWD],
+                                                  recomp_pass, bwd_l - recomp_pass + cp_l - lc[L_CP_FWD], slow)
+        else:  # FSDP: the next layer's gathers behind this layer's pass
+            z3_fwd = overlapped_exposed(z3_fwd_comm, fwd_l + lc[L_CP_FWD], slow)
+            z3_bwd = overlapped_exposed(z3_bwd_comm, bwd_l + cp_l - lc[L_CP_FWD], slow)
     z3_l = z3_fwd + z3_bwd
     per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l
 
@@ -832,7 +923,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_HW_FLOPS] = hw_flops / gpus
 
     # memory of the most loaded GPU
-    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out)
+    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
+                            per_tensor)
     out[O_MEM_BYTES] = mem
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY

@@ -438,9 +438,11 @@ class PlanSpec:
     micro-batch's backward pass (off by default, as in Megatron-LM).
     ``flash_attention`` fuses the attention core so that no s x s score matrix reaches HBM
     (off by default: the published Megatron runs predate it).
-    ``zero3_per_tensor`` makes ZeRO-3 fetch each parameter tensor separately, as DeepSpeed's
-    ZeRO-3 did in the published comparison (Narayanan et al. 2021); off means one flat all-gather
-    per layer, as PyTorch FSDP does.
+    ``zero3_per_tensor`` makes ZeRO-3 fetch each weight matrix separately, prefetching one matrix
+    ahead, as DeepSpeed's ZeRO-3 of 2021 (v0.3-0.5) did in the published comparison (Narayanan et
+    al. 2021); off means one flat all-gather per layer, the next layer prefetched, as PyTorch FSDP
+    does (and, nearer to it than to the 2021 code, DeepSpeed's ZeRO-3 since its prefetch coordinator
+    was rewritten in 2022, microsoft/DeepSpeed#1453).
     ``ep`` is the expert-parallel degree of a mixture-of-experts model: each expert lives on one
     of ``ep`` data-parallel ranks (``ep`` divides ``dp`` and the experts; it takes no GPUs of its
     own, as in Megatron-LM and DeepSpeed-MoE). 1 (the default) for dense models.

@@ -609,7 +609,10 @@ def zero3_tensor_windows(model, system, calib, tp, group, fwd_s, recomp_s, bwd_s
     fetch is in flight, up to ``stage3_prefetch_bucket_size`` (default 5e7 elements, less than
     one of these matrices: one matrix ahead). Each matrix's computation therefore runs beside
     the next matrix's fetch and nothing else, and the device synchronisation also waits for the
-    gradient reduce-scatter launched by the matrix before (backward). With weight matrices
+    gradient reduce-scatter launched by the matrix before (backward). DeepSpeed's own traces show
+    it: "the prefetching only partially overlaps with computation", only the next module being
+    prefetched (microsoft/DeepSpeed#1170, July 2021); the coordinator was rewritten in January
+    2022 (#1453). With weight matrices
     ``i`` of parameter share ``p_i`` (their GEMMs' share of a pass's work ``W``), the pass takes
 
     .. math:: \\sum_i W p_i + \\mathrm{exposed}(c_i, W p_i) + h,
@@ -617,7 +620,9 @@ def zero3_tensor_windows(model, system, calib, tp, group, fwd_s, recomp_s, bwd_s
     with ``c_i`` the next matrix's gather (and, backward, the previous one's reduce-scatter),
     ``exposed`` :func:`overlapped_exposed` and ``h`` the host cost of a fetch (paid after the
     synchronisation, while the GPU waits). ``recomp_s``: the recomputed forward inside the
-    backward (0 without full recomputation), priced as a forward."""
+    backward (0 without full recomputation), priced as a forward. Exact where every matrix holds
+    at least the bucket's 5e7 elements (GPT's projection, h^2: hidden 7,072 and up); for smaller
+    models a bucket spans several matrices, which this prices pessimistically."""
     n = int(model[M_TENSORS_LAYER])
     domain = int(system[S_SCALE_UP_DOMAIN])
     bw_z, lat_z = out_link(system, group, tp)

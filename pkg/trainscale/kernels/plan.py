@@ -622,7 +622,10 @@ def zero3_tensor_windows(model, system, calib, tp, group, fwd_s, recomp_s, bwd_s
     synchronisation, while the GPU waits). ``recomp_s``: the recomputed forward inside the
     backward (0 without full recomputation), priced as a forward. Exact where every matrix holds
     at least the bucket's 5e7 elements (GPT's projection, h^2: hidden 7,072 and up); for smaller
-    models a bucket spans several matrices, which this prices pessimistically."""
+    models a bucket spans several matrices, which this prices pessimistically. Not modelled:
+    ``stage3_max_live_parameters`` (1e9 by default) skips the prefetch while more is gathered,
+    which would expose the fetches beside 530B's 1.3-1.7e9-element matrices; the never-fitted
+    530B runs agree without it (their settings are not published)."""
     n = int(model[M_TENSORS_LAYER])
     domain = int(system[S_SCALE_UP_DOMAIN])
     bw_z, lat_z = out_link(system, group, tp)

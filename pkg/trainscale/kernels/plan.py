@@ -584,18 +584,24 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
 
 
 @njit(cache=True)
-def zero3_tensor_gather_time(model, system, calib, tp, group, i):
-    """One DeepSpeed ZeRO-3 fetch of weight matrix ``i`` (:func:`zero3_tensor_params`) over the
-    ``group`` sharding ranks: its all-gather plus the host-side cost ``calib[C_FETCH_S]`` (issue,
-    wait, re-partition). A fetch is a collective of one tensor, for which NCCL opens few
-    channels: it moves at one NIC's bandwidth, not the node's NICs pooled as a large flat-buffer
-    gather does."""
+def zero3_tensor_allgather_time(model, system, calib, tp, group, i):
+    """The all-gather of weight matrix ``i`` (:func:`zero3_tensor_params`) over the ``group``
+    sharding ranks. A fetch is a collective of one tensor, for which NCCL opens few channels: it
+    moves at one NIC's bandwidth, not the node's NICs pooled as a large flat-buffer gather does."""
     domain = int(system[S_SCALE_UP_DOMAIN])
     bw_z, lat_z = out_link(system, group, tp)
     n_in, _ = group_split(group, tp, domain)
     nbytes = BYTES * zero3_tensor_params(model, i) / tp
     return allgather_time(nbytes, group, tp, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_z / n_in,
-                          lat_z, calib[C_NET_EFF]) + calib[C_FETCH_S]
+                          lat_z, calib[C_NET_EFF])
+
+
+@njit(cache=True)
+def zero3_tensor_gather_time(model, system, calib, tp, group, i):
+    """One DeepSpeed ZeRO-3 fetch of weight matrix ``i``: its all-gather
+    (:func:`zero3_tensor_allgather_time`) plus the host-side cost ``calib[C_FETCH_S]`` (hooks,
+    issue, re-partition)."""
+    return zero3_tensor_allgather_time(model, system, calib, tp, group, i) + calib[C_FETCH_S]
 
 
 @njit(cache=True)
@@ -638,8 +644,8 @@ def zero3_tensor_windows(model, system, calib, tp, group, fwd_s, recomp_s, bwd_s
     bwd = 0.0
     for i in range(n):
         share = zero3_tensor_params(model, i) / total
-        nxt = zero3_tensor_gather_time(model, system, calib, tp, group, (i + 1) % n) - fetch_s
-        prev = zero3_tensor_gather_time(model, system, calib, tp, group, (i - 1 + n) % n) - fetch_s
+        nxt = zero3_tensor_allgather_time(model, system, calib, tp, group, (i + 1) % n)
+        prev = zero3_tensor_allgather_time(model, system, calib, tp, group, (i - 1 + n) % n)
         after = BYTES * grad_scale * zero3_tensor_params(model, (i + 1) % n) / tp  # its gradients
         scatter = allgather_time(after, group, tp, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_z,
                                  lat_z, calib[C_NET_EFF])

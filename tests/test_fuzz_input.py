@@ -32,6 +32,7 @@ ODD_NUMBERS = st.sampled_from([0, -1, 1, 2, 3, 7, 8, 64, 1000, 2**31, 2**63, 2**
                                312, 312e12, float("nan"), float("inf"), -float("inf"), True, None, "8", [8], {}])
 PLAN_KEYS = ["tp", "pp", "dp", "cp", "interleave", "micro_batch", "global_batch", "recompute", "sequence_parallel",
              "zero", "shard_group", "overlap_grad_reduce", "flash_attention", "ep", "tp_comm_overlap", "stack",
+             "tp_async_backward",
              "bogus"]
 SYSTEM_KEYS = ["peak_flops_bf16", "hbm_bandwidth_GBps", "hbm_capacity_GiB", "scale_up_GBps_per_gpu",
                "scale_out_GBps_per_gpu", "scale_up_latency_s", "scale_out_latency_s", "tdp_W", "idle_W",

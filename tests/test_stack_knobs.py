@@ -579,3 +579,20 @@ def test_a_plan_names_its_rotary_kernel_and_fms_fsdp_rows_take_the_matrix_form()
     with pytest.raises(SpecError) as err:
         perfmodel.predict({**base, "plan": {**base["plan"], "rotary_kernel": "triton"}})
     assert err.value.field.endswith("rotary_kernel") and "triton" in str(err.value) and "matrix" in str(err.value)
+
+
+def test_tp_async_backward_is_a_plan_field_defaulting_to_the_stack():
+    """Megatron-LM and NeMo (Transformer Engine) issue the backward's TP collectives asynchronously,
+    DeepSpeed's Megatron and PyTorch's TP do not; a plan may say otherwise; a bad value is one line."""
+    run = {"id": "a", "model": "gpt-22b", "system": "dgx-a100-80gb", "gpus": 8,
+           "plan": {"tp": 8, "pp": 1, "global_batch": 4, "micro_batch": 4, "recompute": "full"}}
+    for stack, default in (("megatron", True), ("nemo", True), ("deepspeed", False), ("fsdp", False)):
+        plan = {**run["plan"], "stack": stack}
+        base = perfmodel.predict({**run, "plan": plan}).step_time_s
+        chosen = perfmodel.predict({**run, "plan": {**plan, "tp_async_backward": default}}).step_time_s
+        other = perfmodel.predict({**run, "plan": {**plan, "tp_async_backward": not default}}).step_time_s
+        assert base == chosen
+        assert (other > base) == default
+    with pytest.raises(SpecError) as err:
+        perfmodel.predict({**run, "plan": {**run["plan"], "tp_async_backward": "sometimes"}})
+    assert err.value.field.endswith("tp_async_backward") and "sometimes" in str(err.value)

@@ -210,6 +210,25 @@ def test_intra_node_all_reduce_against_nccl_tests():
     assert abs(big) <= 0.10
 
 
+def test_layer_times_against_korthikanti_table_4():
+    """One layer of the 22B model under five recomputation / sequence-parallel settings (never fitted):
+    each forward + backward within 8% of the measurement (with the backward's all-reduces exposed, as
+    before Megatron-LM's asynchronous backward was priced, the baseline came out 13% and full
+    recomputation 11% slow), and full recomputation's overhead over the baseline within 4 points of the
+    measured 39%. Narayanan et al.'s 2021 rows predate the asynchronous backward and say so."""
+    table = validation.layer_times()
+    assert list(table.index) == ["korth22-t4-baseline", "korth22-t4-sp", "korth22-t4-full",
+                                 "korth22-t4-selective", "korth22-t4-selective-sp"]
+    assert (table["rel_error"].abs() <= 0.08).all(), table["rel_error"]
+    assert table.loc["korth22-t4-full", "overhead"] == pytest.approx(27.2 / 19.6 - 1)
+    assert abs(table.loc["korth22-t4-full", "predicted_overhead"] - 0.39) <= 0.04
+    # selective recomputation costs far less than full, as measured (7% against 39%)
+    assert table.loc["korth22-t4-selective", "predicted_overhead"] < 0.10
+    runs = {m.run.id: m.run.plan for m in validation.published_runs()}
+    assert runs["korth22-t5-22b-full"].tp_async_backward is None  # the stack's: asynchronous
+    assert runs["meg21-t1-18.4b"].tp_async_backward is False
+
+
 def test_nccl_tests_file_with_wrong_columns_is_one_line(tmp_path, monkeypatch):
     (tmp_path / validation.NCCL_TESTS_FILE).write_text("gpus,bytes,time\n2,1048576,44\n")
     monkeypatch.setattr(validation, "vtrain_dir", lambda path=None: tmp_path)

@@ -258,6 +258,11 @@ def search_space(model, system, gpus: int, global_batch: int, fixed: dict, knobs
     return space
 
 
+def _on_off(value: str) -> bool | None:
+    """A --tp-async-backward style choice: None for 'stack' (the stack's default), else on / off."""
+    return None if value == "stack" else value == "on"
+
+
 def cmd_search(args) -> int:
     from . import perfmodel
     from .specs import RunSpec, resolve_model, resolve_system
@@ -277,7 +282,8 @@ def cmd_search(args) -> int:
     grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
                                     stack=args.stack, progress=_progress, compiled=args.compiled,
                                     grad_reduce_fp32=args.grad_reduce_fp32, recompute_share=args.recompute_share,
-                                    rotary_kernel=args.rotary_kernel)
+                                    rotary_kernel=args.rotary_kernel,
+                                    tp_async_backward=_on_off(args.tp_async_backward))
     evaluated = int(grid["step_time_s"].size)
     feasible = int(grid["fits"].values.sum())
     best = []
@@ -291,6 +297,7 @@ def cmd_search(args) -> int:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
                     "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
                     "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
+                    "tp_async_backward": _on_off(args.tp_async_backward),
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1),
                     "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best,
@@ -676,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of the forward a selective recompute recomputes (default: the stack's)")
     p.add_argument("--rotary-kernel", default="", choices=("",) + ROTARY_KERNELS, metavar="KERNEL",
                    help=f"how the code applies rotary embeddings ({', '.join(ROTARY_KERNELS)}; default: the stack's)")
+    p.add_argument("--tp-async-backward", default="stack", choices=("stack", "on", "off"),
+                   help="backward tensor-parallel collectives run beside the GEMMs, as Megatron-LM's since 2022 "
+                        "(default: the stack's)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

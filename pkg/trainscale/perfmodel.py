@@ -21,7 +21,7 @@ from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.collectives import allgather_time as _allgather_time
 from .kernels.collectives import allreduce_time as _allreduce_time
 from .kernels.collectives import alltoall_time as _alltoall_time
-from .kernels.plan import chunk_layers, layer_costs, out_link as _out_link, plan_costs, power_draw
+from .kernels.plan import chunk_layers, layer_costs, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -134,14 +134,16 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
 def calibration_vector(generation: str, overrides: Mapping[str, float] | None = None,
                        stack: str = DEFAULT_STACK, compiled: bool = False,
                        grad_reduce_fp32: bool = False, recompute_share: float | None = None,
-                       rotary_kernel: str = "") -> np.ndarray:
+                       rotary_kernel: str = "", tp_async_backward: bool | None = None) -> np.ndarray:
     """The calibration vector (layout ``C_*``) of a generation and stack; ``compiled`` (a plan's
     ``compiled``: torch.compile fuses the element-wise chains) sets the stack's element-wise traffic
     factor to 1, that of hand-fused kernels; ``grad_reduce_fp32`` (a plan's) makes the gradients
     4 bytes each, and where the stack reduces fp32 gradients with an all-reduce
     (``fp32_grads_allreduced``: DeepSpeed's BF16_Optimizer) it does so under ZeRO 1-2 too;
     ``recompute_share`` (a plan's) replaces the stack's selective-recompute share; ``rotary_kernel``
-    (a plan's) the stack's rotary-embedding kernel (a compiled plan's is ``fused``)."""
+    (a plan's) the stack's rotary-embedding kernel (a compiled plan's is ``fused``);
+    ``tp_async_backward`` (a plan's; None: the stack's) whether the backward's tensor-parallel
+    collectives run asynchronously beside its GEMMs."""
     cal = catalog.calibration()
     params = calibration_parameters(generation, overrides, stack)
     fixed = cal["generations"][generation]["fixed"]
@@ -160,6 +162,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_BF16_OPTIMIZER] = 1.0 if grad_reduce_fp32 and stack_fixed["fp32_grads_allreduced"]["value"] else 0.0
     vec[K.C_SP_LAYOUT_COPY] = 1.0 if stack_fixed["sp_batch_first_copies"]["value"] else 0.0
     vec[K.C_EVEN_SPLIT] = 1.0 if stack_fixed["interleave_even_split"]["value"] else 0.0
+    async_bwd = stack_fixed["tp_async_backward"]["value"] if tp_async_backward is None else tp_async_backward
+    vec[K.C_TP_ASYNC_BWD] = 1.0 if async_bwd else 0.0
     for direction, k_bytes, k_kernels in (("forward", K.C_LOSS_FWD_BYTES, K.C_LOSS_FWD_KERNELS),
                                           ("backward", K.C_LOSS_BWD_BYTES, K.C_LOSS_BWD_KERNELS)):
         loss = stack_fixed[f"loss_{direction}_bytes_per_logit"]
@@ -188,9 +192,10 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
 def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
                             calibration: Mapping[str, float] | None = None) -> np.ndarray:
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
-    own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``)."""
+    own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``,
+    ``tp_async_backward``)."""
     return calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
-                              plan.recompute_share, plan.rotary_kernel)
+                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
 
 
 def plan_fields(plan: PlanSpec) -> tuple:
@@ -394,6 +399,30 @@ def collective_time_s(system, kind: str, nbytes: float, ranks: int, stride: int 
     return float(_allgather_time(*args))
 
 
+def _layer_costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
+    """One transformer layer's costs (layout ``L_*``) for one micro-batch of ``plan`` on one GPU."""
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
+    lc = np.empty(K.L_SIZE)
+    layer_costs(model_vector(model), system_vector(system), calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
+    return lc
+
+
+def layer_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] | None = None) -> dict:
+    """Seconds of one transformer layer's forward and backward pass (the backward with its
+    recomputation) for one micro-batch of ``plan`` on one GPU, and their parts: ``gemm``,
+    ``elementwise`` (memory-bound kernels and host idle), ``tp_comm`` (exposed), ``recompute``
+    (compute and its exposed TP communication). The same layer :func:`predict` prices; what
+    Korthikanti et al. 2022 measured per layer (their Table 4)."""
+    model, system = resolve_model(model), resolve_system(system)
+    plan.check_against(model)
+    lc = _layer_costs(model, system, plan, plan_calibration_vector(system, plan, calibration))
+    fwd, bwd = layer_fwd_bwd(lc)
+    return {"fwd_s": fwd, "bwd_s": bwd,
+            "fwd_gemm_s": lc[K.L_FWD_GEMM], "fwd_elementwise_s": lc[K.L_FWD_ELEM], "fwd_tp_comm_s": lc[K.L_FWD_TP],
+            "bwd_gemm_s": lc[K.L_BWD_GEMM], "bwd_elementwise_s": lc[K.L_BWD_ELEM], "bwd_tp_comm_s": lc[K.L_BWD_TP],
+            "recompute_s": lc[K.L_RECOMP], "recompute_tp_comm_s": lc[K.L_RECOMP_TP]}
+
+
 def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] | None = None) -> dict:
     """Per-virtual-stage forward, backward (input gradient) and weight-gradient seconds, the
     activation bytes of one micro-batch and the send time between stages, for a pipeline simulation
@@ -406,9 +435,8 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
     plan.check_against(model)
     calib = plan_calibration_vector(system, plan, calibration)
     out = plan_vector(model, system, plan, calib)
-    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
-    lc = np.empty(K.L_SIZE)
-    layer_costs(model_vector(model), system_vector(system), calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
+    lc = _layer_costs(model, system, plan, calib)
+    mb, pp, v = plan.micro_batch, plan.pp, plan.interleave
     tokens, h, s = mb * model.seq_len, model.hidden, model.seq_len
     kv = model.kv_heads * model.head_dim
     weight_flops = (2 * tokens * h * (h + 2 * kv) + 2 * tokens * h * h
@@ -458,14 +486,16 @@ def _axis(values, name: str) -> np.ndarray:
 
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
                   stack: str = DEFAULT_STACK, compiled: bool = False, grad_reduce_fp32: bool = False,
-                  recompute_share: float | None = None, rotary_kernel: str = "", **axes: Iterable) -> xr.Dataset:
+                  recompute_share: float | None = None, rotary_kernel: str = "",
+                  tp_async_backward: bool | None = None, **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
     Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
     non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
-    invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share`` and
-    ``rotary_kernel`` (one per grid; the share acts on the selective plans) are those fields of every plan
+    invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``,
+    ``rotary_kernel`` and ``tp_async_backward`` (one per grid; the share acts on the selective plans) are
+    those fields of every plan
     (:class:`~trainscale.specs.PlanSpec`).
     """
     model = resolve_model(model)
@@ -482,7 +512,7 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
-                               rotary_kernel)
+                               rotary_kernel, tp_async_backward)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep)
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
@@ -566,7 +596,8 @@ RERANK_CANDIDATES = 32
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
-           recompute_share: float | None = None, rotary_kernel: str = "") -> tuple[xr.Dataset, list[dict]]:
+           recompute_share: float | None = None, rotary_kernel: str = "",
+           tp_async_backward: bool | None = None) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
@@ -574,15 +605,15 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their predicted
     step time (simulated), the closed form's, throughput, MFU and memory. ``progress`` (optional)
     wraps the re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal.
-    ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share`` and ``rotary_kernel`` are fixed
-    plan fields of every plan searched (the share only on the selective ones).
+    ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and
+    ``tp_async_backward`` are fixed plan fields of every plan searched (the share only on the selective ones).
     """
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
     grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack,
                          compiled=compiled, grad_reduce_fp32=grad_reduce_fp32, recompute_share=recompute_share,
-                         rotary_kernel=rotary_kernel, **space)
+                         rotary_kernel=rotary_kernel, tp_async_backward=tp_async_backward, **space)
     candidates = rank(grid, max(top, rerank))
     for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
         entry["plan"]["stack"] = stack
@@ -590,6 +621,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
         entry["plan"]["grad_reduce_fp32"] = bool(grad_reduce_fp32)
         if rotary_kernel:
             entry["plan"]["rotary_kernel"] = rotary_kernel
+        if tp_async_backward is not None:
+            entry["plan"]["tp_async_backward"] = bool(tp_async_backward)
         if recompute_share is not None and entry["plan"]["recompute"] == "selective":
             entry["plan"]["recompute_share"] = float(recompute_share)
         run = RunSpec(id="search", model=model, system=system,
@@ -669,10 +702,11 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]),
                     stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)),
                     grad_reduce_fp32=bool(p.get("grad_reduce_fp32", False)),
-                    recompute_share=p.get("recompute_share"), rotary_kernel=p.get("rotary_kernel", ""))
+                    recompute_share=p.get("recompute_share"), rotary_kernel=p.get("rotary_kernel", ""),
+                    tp_async_backward=p.get("tp_async_backward"))
 
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
-           "collective_time_s", "pipeline_stage_times", "COLLECTIVES"]
+           "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES"]

@@ -104,6 +104,13 @@ def _choice(d: Mapping, key: str, where: str | None, default: str, choices) -> s
     return value
 
 
+def _optional_bool(d: Mapping, key: str, where: str | None) -> bool | None:
+    """True or false, or None where the field is absent or null (its default applies)."""
+    if d.get(key) is None:
+        return None
+    return _bool(d, key, where, False)
+
+
 def _optional_choice(d: Mapping, key: str, where: str | None, choices) -> str:
     """One of ``choices``, or "" where the field is absent, null or blank (its default applies)."""
     if d.get(key) in (None, ""):
@@ -471,6 +478,13 @@ class PlanSpec:
     of ``data/calibration.yaml``), for a run whose code base is not its stack's reference (fms-fsdp on
     the ``fsdp`` stack, whose reference is torchtitan); by default the stack's (``rotary_kernel``), and
     ``fused`` when ``compiled``.
+    ``tp_async_backward`` says the backward pass issues its tensor-parallel collectives
+    asynchronously beside its GEMMs, as Megatron-LM has since 2022 (the input-gradient all-reduce of
+    each column-parallel linear beside its weight-gradient GEMM, ``--async-tensor-model-parallel-allreduce``;
+    with sequence parallelism the input re-gather beside the data-gradient GEMM and the reduce-scatter
+    beside the weight-gradient GEMM: :func:`trainscale.kernels.plan.tp_async_backward_time`); by default
+    the stack's (``tp_async_backward`` in ``data/calibration.yaml``). Megatron-LM of 2021 (Narayanan
+    et al.'s runs) had no such overlap.
     """
 
     tp: int = 1
@@ -494,6 +508,7 @@ class PlanSpec:
     grad_reduce_fp32: bool = False
     recompute_share: float | None = None  # None: the stack's documented selective share
     rotary_kernel: str = ""  # "": the stack's
+    tp_async_backward: bool | None = None  # None: the stack's
 
     @property
     def gpus(self) -> int:
@@ -541,6 +556,7 @@ class PlanSpec:
             grad_reduce_fp32=_bool(d, "grad_reduce_fp32", where, False),
             recompute_share=_float(d, "recompute_share", where, None, allow_none=True),
             rotary_kernel=_optional_choice(d, "rotary_kernel", where, ROTARY_KERNELS),
+            tp_async_backward=_optional_bool(d, "tp_async_backward", where),
         )
         if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
             raise SpecError("plan.recompute_share", plan.recompute_share,

@@ -26,6 +26,7 @@ when only the knobs the source left blank (:data:`SEARCHED_KNOBS`) are searched?
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,9 @@ def published_runs() -> list[MeasuredRun]:
         overlap = _flag(row, "overlap_grad_reduce", "published_runs.csv")
         if overlap is not None:  # Megatron-LM 2021: --DDP-impl torch overlaps, local does not
             plan["overlap_grad_reduce"] = overlap
+        async_bwd = _flag(row, "tp_async_backward", "published_runs.csv")
+        if async_bwd is not None:  # blank: the stack's (Megatron-LM's asynchronous backward since 2022)
+            plan["tp_async_backward"] = async_bwd
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})
         runs.append(MeasuredRun(run, "published", row["metric"], float(row["value"]), row["source"],
@@ -459,7 +463,8 @@ def searched_prediction(m: MeasuredRun, calibration: Mapping[str, float] | None 
     _, best = perfmodel.search(m.run.model, m.run.system, m.run.gpus, plan.global_batch, top=1,
                                space=searched_space(m, values), calibration=calibration, stack=plan.stack,
                                compiled=plan.compiled, grad_reduce_fp32=plan.grad_reduce_fp32,
-                               recompute_share=plan.recompute_share, rotary_kernel=plan.rotary_kernel)
+                               recompute_share=plan.recompute_share, rotary_kernel=plan.rotary_kernel,
+                               tp_async_backward=plan.tp_async_backward)
     if not best:
         return {}, float("nan")
     chosen = best[0]["plan"]
@@ -545,7 +550,7 @@ def searched_summary(ds: xr.Dataset) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("dataset")
 
 
-__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "SEARCH_RANGES", "NOT_FITTED", "plan_ranking", "reported_memory", "nccl_allreduce", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
+__all__ = ["MeasuredRun", "searched_dataset", "searched_summary", "searched_prediction", "searched_space", "searched_knobs", "SEARCHED_KNOBS", "SEARCH_RANGES", "NOT_FITTED", "plan_ranking", "reported_memory", "nccl_allreduce", "layer_times", "published_runs", "public_runs", "vtrain_runs", "vtrain_dir", "metric_value", "measured_runs", "validation_dataset", "summary",
            "table"]
 
 
@@ -643,3 +648,37 @@ def reported_memory() -> pd.DataFrame:
             predicted = perfmodel.predict(m.run).memory_gib_per_gpu
             rows.append((m.run.id, m.dataset, m.memory_reported_GB, predicted, predicted / m.memory_reported_GB))
     return pd.DataFrame(rows, columns=["run", "dataset", "reported_GB", "predicted_GiB", "ratio"])
+
+
+LAYER_TIMES_FILE = "layer_times.csv"
+
+
+def layer_times(calibration: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """Measured seconds of one transformer layer's forward and backward pass (``data/layer_times.csv``:
+    Korthikanti et al. 2022, Table 4, the 22B model under five recomputation / sequence-parallel
+    settings) beside :func:`trainscale.perfmodel.layer_times` for the plan of the published run each
+    row names, with the row's recomputation and sequence parallelism: a check of the per-layer terms
+    (element-wise work replicated across tensor-parallel ranks, the backward's overlapped
+    communication, the recomputed forward) on measurements never fitted. ``overhead`` is each row's
+    forward + backward over the first row's (the paper's 'Overhead' column)."""
+    runs = {m.run.id: m.run for m in published_runs()}
+    rows = []
+    with open(catalog.data_path(LAYER_TIMES_FILE), encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if row["base_run"] not in runs:
+                raise SpecError(f"{LAYER_TIMES_FILE}: row {row['id']}: base_run", row["base_run"],
+                                "expected the id of a row of published_runs.csv")
+            base = runs[row["base_run"]]
+            sp = _flag(row, "sequence_parallel", LAYER_TIMES_FILE)
+            plan = dataclasses.replace(base.plan, recompute=row["recompute"], sequence_parallel=bool(sp))
+            t = perfmodel.layer_times(base.model, base.system, plan, calibration)
+            rows.append({"id": row["id"], "recompute": row["recompute"], "sequence_parallel": bool(sp),
+                         "fwd_ms": float(row["fwd_ms"]), "bwd_ms": float(row["bwd_ms"]),
+                         "predicted_fwd_ms": 1e3 * t["fwd_s"], "predicted_bwd_ms": 1e3 * t["bwd_s"]})
+    out = pd.DataFrame(rows).set_index("id")
+    out["measured_ms"] = out["fwd_ms"] + out["bwd_ms"]
+    out["predicted_ms"] = out["predicted_fwd_ms"] + out["predicted_bwd_ms"]
+    out["rel_error"] = out["predicted_ms"] / out["measured_ms"] - 1.0
+    out["overhead"] = out["measured_ms"] / out["measured_ms"].iloc[0] - 1.0
+    out["predicted_overhead"] = out["predicted_ms"] / out["predicted_ms"].iloc[0] - 1.0
+    return out

@@ -71,7 +71,8 @@ C_LOSS_FWD_KERNELS = 22  # per stack: kernels its cross-entropy launches per mic
 C_LOSS_BWD_KERNELS = 23  # per stack: the same, backward
 C_ROTARY_BYTES = 24  # per stack: HBM bytes its rotary embedding moves per query / key element, each pass
 C_ROTARY_KERNELS = 25  # per stack: kernels its rotary embedding launches per layer, each pass
-C_SIZE = 26
+C_TP_ASYNC_BWD = 26  # per plan: 1 where the backward's tensor-parallel collectives run asynchronously beside its GEMMs (Megatron-LM)
+C_SIZE = 27
 
 # recomputation modes
 RC_NONE = 0

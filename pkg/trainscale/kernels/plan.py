@@ -56,7 +56,7 @@ from .collectives import allgather_time, allreduce_time, alltoall_time, group_sp
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
-    C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_TP_ASYNC_BWD, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -146,6 +146,37 @@ def tp_overlapped_time(collective_s, tp, gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s,
     exposed = 0.0
     for g in (gemm_a_s, gemm_b_s, gemm_c_s, gemm_d_s):
         exposed += first + overlapped_exposed(c - first, g, slowdown)
+    return exposed
+
+
+@njit(cache=True)
+def tp_async_backward_time(collective_s, sp, qkv_bwd_s, fc1_bwd_s, slowdown):
+    r"""Exposed tensor-parallel communication of one layer's backward pass when Megatron-LM issues
+    it asynchronously (``collective_s``: one all-reduce of the layer's activations, or one
+    all-gather plus one reduce-scatter with sequence parallelism; ``*_bwd_s``: the backward GEMM
+    time of the two column-parallel linears, QKV and the FFN's first, each half data gradient and
+    half weight gradient).
+
+    Without sequence parallelism the backward has two all-reduces, of the input gradients of the
+    column-parallel linears, each run beside that linear's weight-gradient GEMM
+    (``--async-tensor-model-parallel-allreduce``; the row-parallel linears' backward needs none).
+    With it, each column-parallel linear re-gathers its sharded input beside its data-gradient GEMM
+    and reduce-scatters the input gradient beside its weight-gradient GEMM, and each row-parallel
+    linear all-gathers its output gradient before its GEMMs can start (exposed):
+
+    .. math:: t = \sum_{g \in \{\mathrm{QKV}, \mathrm{FC1}\}} e(c, g/2)
+        \quad\text{or}\quad t = c + \sum_g \left[e(c/2, g/2) + e(c/2, g/2)\right]
+
+    with ``e`` :func:`overlapped_exposed`. Korthikanti et al. 2022 (Sec. 6.2) name this overlap as
+    why full recomputation (whose recomputed forward communicates exposed) costs 39%, not 33%."""
+    exposed = 0.0
+    if sp:
+        exposed = collective_s  # two blocking all-gathers, each half the pair
+        for g in (qkv_bwd_s, fc1_bwd_s):
+            exposed += 2.0 * overlapped_exposed(0.5 * collective_s, 0.5 * g, slowdown)
+    else:
+        for g in (qkv_bwd_s, fc1_bwd_s):
+            exposed += overlapped_exposed(collective_s, 0.5 * g, slowdown)
     return exposed
 
 
@@ -288,6 +319,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         half = 0.5 * one
         tp_fwd = tp_overlapped_time(half, itp, f_qkv, f_o, f_up, f_dn, calib[C_OVERLAP_SLOWDOWN])
         tp_bwd = tp_overlapped_time(half, itp, b_qkv, b_o, b_up, b_dn, calib[C_OVERLAP_SLOWDOWN])
+    elif calib[C_TP_ASYNC_BWD] > 0.0 and itp > 1:
+        tp_bwd = tp_async_backward_time(one, sp, b_qkv, b_up, calib[C_OVERLAP_SLOWDOWN])
     layout_copies = sp_layout_copy_time(m, h, itp, sp, hbm, calib)
     tp_pass += layout_copies
     tp_fwd += layout_copies
@@ -408,7 +441,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
     out[L_FWD_EP] = ep_fwd
     out[L_BWD_EP] = ep_bwd
-    out[L_TP_TOTAL] = (2.0 + recomputed) * tp_pass  # traffic before overlap: forward, backward, recomputed share
+    # traffic before overlap: forward, backward (Megatron's and Transformer Engine's sequence-parallel
+    # backward re-gathers each column-parallel input: half a pass more), recomputed share
+    regather = 0.5 if (sp and itp > 1 and calib[C_TP_ASYNC_BWD] > 0.0) else 0.0
+    out[L_TP_TOTAL] = (2.0 + regather + recomputed) * tp_pass
     out[L_CP_TOTAL] = cp_total
     out[L_CP_FWD] = cp_fwd
 

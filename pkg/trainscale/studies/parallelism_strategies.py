@@ -28,7 +28,8 @@ GPU count ``base_gpus * 2**k`` (``k < doublings``) with :func:`trainscale.perfmo
 
 Every plan runs the paper's 2021 software (:data:`PAPER_SOFTWARE`): full activation
 recomputation, no FlashAttention, no sequence parallelism, the data-parallel reduction after the
-backward pass (not overlapped; ZeRO-3 excepted, whose DeepSpeed defaults prefetch and overlap) - the
+backward pass (not overlapped; ZeRO-3 excepted, whose DeepSpeed defaults prefetch and overlap), the backward's
+tensor-parallel all-reduces not overlapped (:data:`PAPER_TP_ASYNC_BACKWARD`) - the
 settings under which the published runs are validated
 (:mod:`trainscale.validation`). Throughput is reported as the paper does, in hardware TFLOP/s per
 GPU (Megatron's eq. 3 counts the recomputed forward pass).
@@ -69,6 +70,9 @@ PAPER_FIG13_BATCHES = (32, 128)
 #: The software of the paper's runs (Megatron-LM and DeepSpeed, 2021), applied to every plan.
 PAPER_SOFTWARE = {"recompute": ["full"], "flash_attention": [0], "sequence_parallel": [0],
                   "overlap_grad_reduce": [0]}
+#: Megatron-LM of the paper's runs (commit 6985e58, August 2021) all-reduced the backward's tensor-parallel
+#: gradients synchronously; the asynchronous backward (``tp_async_backward``) came a month later.
+PAPER_TP_ASYNC_BACKWARD = False
 
 #: Models of the paper that the catalog does not hold, by name (shapes exact from the paper).
 STUDY_MODELS = {
@@ -147,7 +151,7 @@ def best_plan(model, system, gpus: int, global_batch: int, space: dict, rerank: 
     hardware and model TFLOP/s per GPU; None when no plan fits."""
     model, system = study_model(model), resolve_system(system)
     _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=1, space=space, rerank=rerank,
-                                 stack=stack)
+                                 stack=stack, tp_async_backward=PAPER_TP_ASYNC_BACKWARD)
     if not ranked:
         return None
     plan = ranked[0]["plan"]
@@ -239,7 +243,8 @@ def strategy_scaling(models: Sequence[str], base_gpus: Sequence[int], global_bat
             if n % (tp * pp) or batch[i] % (n // (tp * pp)):
                 continue
             plan = PlanSpec(tp=tp, pp=pp, dp=n // (tp * pp), micro_batch=1, global_batch=batch[i],
-                            recompute=PAPER_SOFTWARE["recompute"][0], flash_attention=False)
+                            recompute=PAPER_SOFTWARE["recompute"][0], flash_attention=False,
+                            tp_async_backward=PAPER_TP_ASYNC_BACKWARD)
             p = perfmodel.predict(RunSpec(id="paper-plan", model=model, system=system_spec, plan=plan))
             if p.fits:
                 paper_plan[i, k] = p.hardware_tflops_per_gpu
@@ -403,7 +408,7 @@ def published_comparison(scaling: xr.Dataset | None = None) -> xr.Dataset:
     return ds
 
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "STRATEGIES", "PAPER_SOFTWARE", "PAPER_TABLE2", "PAPER_RATIO_AT_DOUBLE", "STUDY_MODELS", "best_plan",
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "STRATEGIES", "PAPER_SOFTWARE", "PAPER_TP_ASYNC_BACKWARD", "PAPER_TABLE2", "PAPER_RATIO_AT_DOUBLE", "STUDY_MODELS", "best_plan",
            "best_tp", "paper_reference", "published_comparison", "strategy_scaling", "strategy_space", "study_model",
            "tp_pp_sweep"]
 

@@ -179,7 +179,7 @@ def test_compile_speedup_of_measured_pairs():
     """torch.compile's measured speed-up on the six pairs (16-28%) follows from the eager stack's
     fitted element-wise traffic and the rotary kernel compiling fuses, the compiled runs never being fitted:
     1.14-1.24 predicted against 1.0 without the knob (calibration of 2026-12-05, with fms-fsdp's own rotary
-    form). torchtitan's two pairs are 1.5-2 points high; fms-fsdp's four (A100 and H100, 7B and 13B) are
+    form). torchtitan's two pairs are 1.4-2 points high; fms-fsdp's four (A100 and H100, 7B and 13B) are
     4-9 points low: its compiled table (May 2024) is a later commit than its eager
     one (March), and what else changed between them is not stated. Asserted: each within 15 points
     and the mean within 10."""

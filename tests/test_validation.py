@@ -229,6 +229,21 @@ def test_layer_times_against_korthikanti_table_4():
     assert runs["meg21-t1-18.4b"].tp_async_backward is False
 
 
+def test_layer_times_file_with_a_bad_cell_is_one_line(tmp_path, monkeypatch):
+    bad = tmp_path / "layer_times.csv"
+    bad.write_text("id,source,base_run,recompute,sequence_parallel,fwd_ms,bwd_ms,note\n"
+                   "x,s,korth22-t5-22b-full,sometimes,false,7.7,11.9,\n")
+    monkeypatch.setattr(validation, "LAYER_TIMES_FILE", str(bad))  # an absolute path replaces the data folder
+    with pytest.raises(SpecError) as err:
+        validation.layer_times()
+    assert "recompute" in str(err.value) and "sometimes" in str(err.value) and "\n" not in str(err.value)
+    bad.write_text("id,source,base_run,recompute,sequence_parallel,fwd_ms,bwd_ms,note\n"
+                   "x,s,no-such-run,full,false,7.7,11.9,\n")
+    with pytest.raises(SpecError) as err:
+        validation.layer_times()
+    assert "base_run" in str(err.value) and "no-such-run" in str(err.value)
+
+
 def test_nccl_tests_file_with_wrong_columns_is_one_line(tmp_path, monkeypatch):
     (tmp_path / validation.NCCL_TESTS_FILE).write_text("gpus,bytes,time\n2,1048576,44\n")
     monkeypatch.setattr(validation, "vtrain_dir", lambda path=None: tmp_path)

@@ -684,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rotary-kernel", default="", choices=("",) + ROTARY_KERNELS, metavar="KERNEL",
                    help=f"how the code applies rotary embeddings ({', '.join(ROTARY_KERNELS)}; default: the stack's)")
     p.add_argument("--tp-async-backward", default="stack", choices=("stack", "on", "off"),
-                   help="backward tensor-parallel collectives run beside the GEMMs, as Megatron-LM's since 2022 "
+                   help="backward tensor-parallel collectives run beside the GEMMs, as Megatron-LM's since September 2021 "
                         "(default: the stack's)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "

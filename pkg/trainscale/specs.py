@@ -479,7 +479,7 @@ class PlanSpec:
     the ``fsdp`` stack, whose reference is torchtitan); by default the stack's (``rotary_kernel``), and
     ``fused`` when ``compiled``.
     ``tp_async_backward`` says the backward pass issues its tensor-parallel collectives
-    asynchronously beside its GEMMs, as Megatron-LM has since 2022 (the input-gradient all-reduce of
+    asynchronously beside its GEMMs, as Megatron-LM has since September 2021 (the input-gradient all-reduce of
     each column-parallel linear beside its weight-gradient GEMM, ``--async-tensor-model-parallel-allreduce``;
     with sequence parallelism the input re-gather beside the data-gradient GEMM and the reduce-scatter
     beside the weight-gradient GEMM: :func:`trainscale.kernels.plan.tp_async_backward_time`); by default

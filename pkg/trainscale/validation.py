@@ -38,7 +38,7 @@ import xarray as xr
 
 from . import catalog, perfmodel
 from .io import provenance
-from .specs import POSITION_EMBEDDINGS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec
+from .specs import POSITION_EMBEDDINGS, RECOMPUTE_MODES, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec
 
 VTRAIN_SYSTEM = "dgx-a100-80gb"
 VTRAIN_SCALE_OUT_GBps = 12.5  # vTrain's README: 800 Gb/s per 8-GPU node between nodes
@@ -149,7 +149,7 @@ def published_runs() -> list[MeasuredRun]:
         if overlap is not None:  # Megatron-LM 2021: --DDP-impl torch overlaps, local does not
             plan["overlap_grad_reduce"] = overlap
         async_bwd = _flag(row, "tp_async_backward", "published_runs.csv")
-        if async_bwd is not None:  # blank: the stack's (Megatron-LM's asynchronous backward since 2022)
+        if async_bwd is not None:  # blank: the stack's (Megatron-LM's asynchronous backward, since September 2021)
             plan["tp_async_backward"] = async_bwd
         run = RunSpec.from_dict({"id": row["id"], "model": row["model"], "system": row["system"],
                                  "gpus": int(row["gpus"]), "plan": plan})
@@ -668,6 +668,9 @@ def layer_times(calibration: Mapping[str, float] | None = None) -> pd.DataFrame:
             if row["base_run"] not in runs:
                 raise SpecError(f"{LAYER_TIMES_FILE}: row {row['id']}: base_run", row["base_run"],
                                 "expected the id of a row of published_runs.csv")
+            if row["recompute"] not in RECOMPUTE_MODES:
+                raise SpecError(f"{LAYER_TIMES_FILE}: row {row['id']}: recompute", row["recompute"],
+                                f"expected one of {', '.join(RECOMPUTE_MODES)}")
             base = runs[row["base_run"]]
             sp = _flag(row, "sequence_parallel", LAYER_TIMES_FILE)
             plan = dataclasses.replace(base.plan, recompute=row["recompute"], sequence_parallel=bool(sp))

@@ -11,7 +11,7 @@ import yaml
 
 import numpy as np
 
-from trainscale import __version__, perfmodel
+from trainscale import __version__, catalog, perfmodel, validation
 from trainscale.cli import SYSTEM_FIELDS, _clean, main
 from trainscale.specs import SystemSpec
 
@@ -245,6 +245,10 @@ def test_validate_published_accuracy(capsys):
     assert summary["mape"] == pytest.approx(sum(ape) / len(ape), rel=1e-9)
     assert summary["worst"] == pytest.approx(max(ape), rel=1e-9)
     assert summary["mape"] <= 0.10  # the bounds on accuracy are tests/test_validation.py's
+    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text())
+    size_out = validation.size_out_by_dataset(stored["cross_validation"])["published"]
+    assert summary["size_out_mape"] == pytest.approx(size_out["mape"])
+    assert summary["cv_mape"] == pytest.approx(stored["cross_validation"]["leave_one_dataset_out"]["published"]["mape"])
 
 
 def test_validate_table_and_missing_vtrain(tmp_path, capsys):

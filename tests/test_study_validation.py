@@ -29,6 +29,16 @@ def test_a_fitted_dataset_is_judged_on_its_left_out_error(tmp_path):
     assert "in-sample MAPE 2.0%" in rec.our_setting
 
 
+def test_the_size_class_reading_is_reported_not_judged(tmp_path):
+    ds = xr.Dataset({"rel_error": ("run", [0.01, -0.03]), "left_out_mape": ("run", [0.21, 0.21]),
+                     "size_out_mape": ("run", [0.04, 0.04])},
+                    coords={"run": ["r0", "r1"], "dataset": ("run", ["published", "published"])})
+    tsio.write_dataset(ds, tmp_path / "validation.nc")
+    rec = study.compare(tmp_path)[0]
+    assert rec.our_value == pytest.approx(0.21) and rec.verdict == "not reproduced"
+    assert "4.0% with only each run's model-size class left out" in rec.our_setting
+
+
 def test_a_dataset_never_fitted_is_judged_on_its_own_error(tmp_path):
     records = synthetic(tmp_path, {"fsdp-compiled": [0.05, 0.07]}, {})
     assert records["fsdp-compiled"].our_value == pytest.approx(0.06)

@@ -102,6 +102,27 @@ def test_fitted_file_records_cross_validated_errors():
         assert 0 <= entry["mape"] <= entry["worst"]
 
 
+def test_size_out_by_dataset_weights_each_class_by_its_runs():
+    cv = {"leave_one_size_out": {
+        "small": {"runs": 4, "mape": 0.2, "worst": 0.5,
+                  "by_dataset": {"a": {"runs": 3, "mape": 0.10, "worst": 0.30}, "b": {"runs": 1, "mape": 0.5, "worst": 0.5}}},
+        "large": {"runs": 1, "mape": 0.4, "worst": 0.4, "by_dataset": {"a": {"runs": 1, "mape": 0.40, "worst": 0.40}}}}}
+    out = validation.size_out_by_dataset(cv)
+    assert out["a"] == {"runs": 4, "mape": pytest.approx((3 * 0.10 + 0.40) / 4), "worst": 0.40}
+    assert out["b"] == {"runs": 1, "mape": 0.5, "worst": 0.5}
+    assert validation.size_out_by_dataset({}) == {}
+
+
+def test_size_out_predicts_every_fitted_run_once():
+    """The stored leave-one-size-out refits cover each fitted dataset's runs exactly once."""
+    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text())
+    size_out = validation.size_out_by_dataset(stored["cross_validation"])
+    assert set(size_out) == set(stored["errors_at_fit"])
+    for name, errors in stored["errors_at_fit"].items():
+        assert size_out[name]["runs"] == errors["runs"], name
+        assert 0 <= size_out[name]["mape"] <= size_out[name]["worst"]
+
+
 def test_robust_loss_is_quadratic_for_small_and_linear_for_large_errors():
     r = np.array([1e-3, -1e-3, 1.0, -2.0])
     f = calibration.robust(r)

@@ -10,7 +10,9 @@ searched per run, and no value is ever fitted per run.
 :func:`fit` reports in-sample errors per dataset; :func:`cross_validate` refits without each
 dataset in turn (leave-one-dataset-out) and without each model-size class (leave-one-size-out)
 and reports the error on what was left out: a form that only reproduces its fitting rows shows
-up there. A fitted value at a bound is reported as such (``at_bound``), never silently.
+up there. :func:`trainscale.validation.size_out_by_dataset` regroups the leave-one-size-out
+errors per dataset (a new model size on a known stack and generation). A fitted value at a bound
+is reported as such (``at_bound``), never silently.
 
 ``trainscale calibrate --write`` runs :func:`fit` and writes ``data/calibration_fitted.yaml``,
 which the model then uses; the file records the data, the objective, the errors it reached and,

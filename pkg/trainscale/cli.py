@@ -412,11 +412,15 @@ def cmd_validate(args) -> int:
     summary = _validation_summary(ds)
     stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text()) or {}
     cv = stored.get("cross_validation", {}).get("leave_one_dataset_out", {})
+    size_out = validation.size_out_by_dataset(stored.get("cross_validation", {}))
     for name, entry in summary.items():
         entry["fitted"] = name not in validation.NOT_FITTED
         if name in cv:
             entry["cv_mape"] = float(cv[name]["mape"])
             entry["cv_worst"] = float(cv[name]["worst"])
+        if name in size_out:
+            entry["size_out_mape"] = float(size_out[name]["mape"])
+            entry["size_out_worst"] = float(size_out[name]["worst"])
     if args.json:
         _dump_json({"runs": df.to_dict(orient="records"), "summary": summary,
                     "plan_ranking": validation.plan_ranking(ds).to_dict(orient="records")})
@@ -427,11 +431,13 @@ def cmd_validate(args) -> int:
     rows = [{"dataset": k, "runs": v["runs"], "fitted": "yes" if v["fitted"] else "no (held out)",
              "MAPE_%": 100 * v["mape"], "worst_APE_%": 100 * v["worst"],
              "left-out_MAPE_%": 100 * v["cv_mape"] if "cv_mape" in v else None,
-             "left-out_worst_%": 100 * v["cv_worst"] if "cv_worst" in v else None}
+             "left-out_worst_%": 100 * v["cv_worst"] if "cv_worst" in v else None,
+             "size-out_MAPE_%": 100 * v["size_out_mape"] if "size_out_mape" in v else None}
             for k, v in summary.items()]
     print(_table(rows))
-    print("\nleft-out: the error when the dataset is left out of the fit (trainscale calibrate --cv; "
-          "stored in calibration_fitted.yaml)\n")
+    print("\nleft-out: the error when the dataset is left out of the fit; size-out: the error of its runs when "
+          "each run's model-size class is left out (its other sizes stay in the fit). Both from trainscale "
+          "calibrate --cv, stored in calibration_fitted.yaml\n")
     ranking = validation.plan_ranking(ds)
     print(_table((ranking if args.all else ranking[ranking["dataset"] != "vtrain-single"]).to_dict(orient="records")))
     print(f"\nplans of one model at one GPU count ({validation.MIN_PLANS} or more): spearman ranks predicted "
@@ -461,7 +467,7 @@ def _validate_searched(args, validation) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from . import calibration
+    from . import calibration, validation
 
     vtrain = _vtrain_arg(args)
     progress = (lambda msg: print(f"  refit without {msg} ...", file=sys.stderr, flush=True)) \
@@ -480,11 +486,14 @@ def cmd_calibrate(args) -> int:
                   for name, value in params.items()]))
     print()
     rows = []
+    size_out = validation.size_out_by_dataset(cv) if cv is not None else {}
     for d, e in result["errors"].items():
         row = {"dataset": d, "runs": e["runs"], "MAPE_%": 100 * e["mape"], "worst_APE_%": 100 * e["worst"]}
         if cv is not None and d in cv["leave_one_dataset_out"]:
             left = cv["leave_one_dataset_out"][d]
             row.update({"left-out_MAPE_%": 100 * left["mape"], "left-out_worst_%": 100 * left["worst"]})
+        if d in size_out:
+            row["size-out_MAPE_%"] = 100 * size_out[d]["mape"]
         rows.append(row)
     print(_table(rows))
     if cv is not None:

@@ -316,15 +316,45 @@ COORD_NAMES = {"run": "measured run (id)", "dataset": "dataset the run belongs t
                "stack": "software stack", "generation": "GPU generation", "fitted": "used to fit the calibration"}
 
 
-def left_out_mape(datasets) -> np.ndarray:
-    """Per run, the cross-validated MAPE of its dataset (left out of the fit), from calibration_fitted.yaml."""
+def _stored_cross_validation() -> dict:
     import yaml
 
     from . import catalog
 
     stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text(encoding="utf-8")) or {}
-    left_out = stored.get("cross_validation", {}).get("leave_one_dataset_out", {})
+    return stored.get("cross_validation", {})
+
+
+def left_out_mape(datasets) -> np.ndarray:
+    """Per run, the cross-validated MAPE of its dataset (left out of the fit), from calibration_fitted.yaml."""
+    left_out = _stored_cross_validation().get("leave_one_dataset_out", {})
     return np.array([float(left_out[d]["mape"]) if d in left_out else np.nan for d in datasets])
+
+
+def size_out_by_dataset(cv: dict) -> dict:
+    """Per dataset, the error of its runs when their model-size class is left out of the fit.
+
+    Every run lies in one size class, so the leave-one-size-out refits predict each run exactly once;
+    this gathers those predictions per dataset: ``{dataset: {"runs", "mape", "worst"}}`` (MAPE
+    weighted by runs). Unlike leaving the whole dataset out, the dataset's other sizes stay in the
+    fit: it asks how the model carries to a new model size on a known stack and generation."""
+    parts: dict[str, list[dict]] = {}
+    for entry in cv.get("leave_one_size_out", {}).values():
+        for name, errors in entry.get("by_dataset", {}).items():
+            parts.setdefault(name, []).append(errors)
+    out = {}
+    for name, errors in parts.items():
+        runs = sum(int(e["runs"]) for e in errors)
+        out[name] = {"runs": runs, "mape": sum(float(e["mape"]) * int(e["runs"]) for e in errors) / runs,
+                     "worst": max(float(e["worst"]) for e in errors)}
+    return out
+
+
+def size_out_mape(datasets) -> np.ndarray:
+    """Per run, the MAPE of its dataset's runs when each run's model-size class is left out of the fit
+    (:func:`size_out_by_dataset`, from calibration_fitted.yaml)."""
+    size_out = size_out_by_dataset(_stored_cross_validation())
+    return np.array([float(size_out[d]["mape"]) if d in size_out else np.nan for d in datasets])
 
 
 def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_single: bool = False,
@@ -347,6 +377,9 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
             "left_out_mape": ("run", left_out_mape([m.dataset for m in runs]),
                               {"units": "1", "long_name": "MAPE of the run's dataset when that dataset is left out "
                                "of the fit (trainscale calibrate --cv; NaN: dataset not fitted)"}),
+            "size_out_mape": ("run", size_out_mape([m.dataset for m in runs]),
+                              {"units": "1", "long_name": "MAPE of the run's dataset when each of its runs' model-size "
+                               "class is left out of the fit (trainscale calibrate --cv; NaN: dataset not fitted)"}),
         },
         coords={
             "run": [m.run.id for m in runs],

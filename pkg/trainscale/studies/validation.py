@@ -46,6 +46,8 @@ def _dataset_record(name: str, part) -> comparison.Record:
     left_out = float(part["left_out_mape"].values[0]) if fitted else float("nan")
     judged = left_out if fitted else in_sample
     how = ("left out of the fit (cross-validated)" if fitted else "never fitted (held out)")
+    if fitted and "size_out_mape" in part and np.isfinite(part["size_out_mape"].values[0]):
+        how += f"; {float(part['size_out_mape'].values[0]):.1%} with only each run's model-size class left out"
     target = TARGET_MAPE.get(name, DEFAULT_TARGET_MAPE)
     named = "" if name in TARGET_MAPE else " (no target named for it: the public runs' 8%)"
     return comparison.within_target(

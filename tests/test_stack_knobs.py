@@ -15,7 +15,7 @@ from trainscale import calibration, catalog, perfmodel, validation
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
-                                     layer_costs)
+                                     eager_chain_factor, layer_costs)
 from trainscale.specs import RunSpec, SpecError, resolve_model, resolve_system
 
 
@@ -46,6 +46,21 @@ def test_eager_elementwise_traffic_closed_form(traffic):
                                              rel=1e-12)
     assert lc[K.L_BWD_ELEM] == pytest.approx(2 * fwd + 2 * traffic * ELEMENTWISE_KERNELS_PER_LAYER * kernel + rotary,
                                              rel=1e-12)
+
+
+def test_layernorm_gelu_layers_run_as_fused_in_an_eager_stack():
+    """kernels.plan.eager_chain_factor: eager PyTorch decomposes a Llama layer's RMSNorm and SwiGLU (the
+    stack's factor applies), but runs LayerNorm and GeLU as one kernel each (a GPT or MPT layer takes 1)."""
+    for model, scales in (("gpt3-175b", False), ("mpt-7b", False), ("llama2-7b", True)):
+        eager = _layer(model=model, overrides={"elementwise_traffic": 3.0})
+        fused = _layer(model=model, overrides={"elementwise_traffic": 1.0})
+        mvec = perfmodel.model_vector(eager[2])
+        assert eager_chain_factor(mvec, eager[1]) == (3.0 if scales else 1.0)
+        for slot in (K.L_FWD_ELEM, K.L_BWD_ELEM):
+            if scales:
+                assert eager[0][slot] > 1.5 * fused[0][slot]
+            else:
+                assert eager[0][slot] == fused[0][slot]
 
 
 def test_unfused_attention_score_bytes():

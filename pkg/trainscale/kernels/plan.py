@@ -94,6 +94,23 @@ FLASH_BLOCK = 128.0  # key/value block of FlashAttention-2 and cuDNN's fused att
 
 
 @njit(cache=True)
+def eager_chain_factor(model, calib):
+    """HBM traffic (and kernel count) of a layer's norm / activation / residual chains relative to
+    fused kernels.
+
+    The stack's factor ``calib[C_ELEM_TRAFFIC]`` (1: fused kernels, Megatron's reference; eager
+    PyTorch: fitted, about 2.8) counts what eager code decomposes: a Llama-shaped layer's RMSNorm
+    (cast to fp32, square, mean, reciprocal square root, two multiplies, cast back: about 36 bytes
+    per element against 4 fused) and SwiGLU (SiLU, then a multiply). A layer with LayerNorm and a
+    GeLU MLP (``M_FFN_MATS`` = 2: GPT, BLOOM, MPT) runs each as one PyTorch kernel
+    (``torch.nn.functional.layer_norm``, ``gelu``) even in an eager stack, as fused as the
+    reference: its factor is 1."""
+    if model[M_FFN_MATS] < 2.5:
+        return 1.0
+    return calib[C_ELEM_TRAFFIC]
+
+
+@njit(cache=True)
 def causal_block_fraction(s_q, s_k):
     """Share of the ``s_q x s_k`` score blocks a fused causal attention kernel computes.
 
@@ -288,7 +305,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         attention_bwd = SCORE_BYTES[1] * score_elements
     # an eager stack runs the norm / activation / residual chains as separate kernels, each
     # reading and writing HBM (often in fp32): the stack's traffic factor over fused kernels
-    unfused = calib[C_ELEM_TRAFFIC]
+    unfused = eager_chain_factor(model, calib)
     fwd_kernels = unfused * ELEMENTWISE_KERNELS_PER_LAYER
     fwd_elem = memory_bound_time(unfused * chains + attention_fwd, fwd_kernels, hbm, calib)
     bwd_elem = memory_bound_time(unfused * 2.0 * chains + attention_bwd, 2.0 * fwd_kernels, hbm, calib)

@@ -275,6 +275,25 @@ def test_calibrate_without_write(capsys):
         assert 0 <= errors["mape"] <= errors["worst"]
 
 
+def test_calibrate_table_prints_both_cross_validations(capsys, monkeypatch):
+    """`calibrate --cv` prints each dataset's error left out as a dataset and by size class (the fit and
+    the refits are replaced by the stored results: this checks the table, not the fit)."""
+    from trainscale import calibration
+
+    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text())
+    monkeypatch.setattr(calibration, "fit", lambda vtrain=None: {
+        "fitted": stored["fitted"], "at_bound": [], "errors": stored["errors_at_fit"], "cost": 0.0,
+        "datasets": sorted(stored["errors_at_fit"])})
+    monkeypatch.setattr(calibration, "cross_validate", lambda vtrain=None, full=None, progress=None:
+                        stored["cross_validation"])
+    assert main(["calibrate", "--cv"]) == 0
+    out = capsys.readouterr().out
+    assert "left-out_MAPE_%" in out and "size-out_MAPE_%" in out
+    size_out = validation.size_out_by_dataset(stored["cross_validation"])
+    row = next(line for line in out.splitlines() if line.startswith("nemo-hopper "))
+    assert f"{100 * size_out['nemo-hopper']['mape']:.4g}" in row
+
+
 # --------------------------------------------------------------------------- console script
 def test_console_script(tmp_path):
     script = Path(sys.executable).parent / "trainscale"

@@ -47,6 +47,14 @@ def fitted_calibration() -> dict:
     return _yaml("calibration_fitted.yaml").get("fitted", {})
 
 
+def stored_cross_validation() -> dict:
+    """The cross-validated errors ``trainscale calibrate --cv --write`` stored (``leave_one_dataset_out``,
+    ``leave_one_size_out``; empty before the first such fit)."""
+    if not data_path("calibration_fitted.yaml").exists():
+        return {}
+    return _yaml("calibration_fitted.yaml").get("cross_validation", {}) or {}
+
+
 def reload() -> None:
     """Forget cached catalogs (after ``trainscale calibrate`` rewrites a file)."""
     _yaml.cache_clear()

@@ -410,9 +410,9 @@ def cmd_validate(args) -> int:
         raise CLIError(f"--vtrain = {args.vtrain!r} is invalid; {_one_line(exc)}") from None
     df = validation.table(ds).reset_index()
     summary = _validation_summary(ds)
-    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text()) or {}
-    cv = stored.get("cross_validation", {}).get("leave_one_dataset_out", {})
-    size_out = validation.size_out_by_dataset(stored.get("cross_validation", {}))
+    stored_cv = catalog.stored_cross_validation()
+    cv = stored_cv.get("leave_one_dataset_out", {})
+    size_out = validation.size_out_by_dataset(stored_cv)
     for name, entry in summary.items():
         entry["fitted"] = name not in validation.NOT_FITTED
         if name in cv:

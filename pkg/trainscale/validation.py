@@ -320,18 +320,9 @@ COORD_NAMES = {"run": "measured run (id)", "dataset": "dataset the run belongs t
                "stack": "software stack", "generation": "GPU generation", "fitted": "used to fit the calibration"}
 
 
-def _stored_cross_validation() -> dict:
-    import yaml
-
-    from . import catalog
-
-    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text(encoding="utf-8")) or {}
-    return stored.get("cross_validation", {})
-
-
 def left_out_mape(datasets) -> np.ndarray:
     """Per run, the cross-validated MAPE of its dataset (left out of the fit), from calibration_fitted.yaml."""
-    left_out = _stored_cross_validation().get("leave_one_dataset_out", {})
+    left_out = catalog.stored_cross_validation().get("leave_one_dataset_out", {})
     return np.array([float(left_out[d]["mape"]) if d in left_out else np.nan for d in datasets])
 
 
@@ -357,7 +348,7 @@ def size_out_by_dataset(cv: dict) -> dict:
 def size_out_mape(datasets) -> np.ndarray:
     """Per run, the MAPE of its dataset's runs when each run's model-size class is left out of the fit
     (:func:`size_out_by_dataset`, from calibration_fitted.yaml)."""
-    size_out = size_out_by_dataset(_stored_cross_validation())
+    size_out = size_out_by_dataset(catalog.stored_cross_validation())
     return np.array([float(size_out[d]["mape"]) if d in size_out else np.nan for d in datasets])
 
 

@@ -429,9 +429,9 @@ def test_batch_first_sequence_parallelism_copies_each_collective_once_more(tp):
     assert sp_layout_copy_time(tokens, m.hidden, 1, True, hbm, calib_f) == 0.0
 
 
-def test_a_public_row_names_only_a_held_out_dataset(tmp_path, monkeypatch):
-    """The ``dataset`` column sets a row apart as a held-out set; any other name is refused with one
-    line naming the row, the field, the value and what is valid."""
+def test_a_public_row_names_only_a_known_dataset(tmp_path, monkeypatch):
+    """The ``dataset`` column sets a row apart as a held-out set or a separately fitted source; any other
+    name is refused with one line naming the row, the field, the value and what is valid."""
     from trainscale import catalog
 
     with open(catalog.data_path(validation.STACKS_FILE), encoding="utf-8") as fh:

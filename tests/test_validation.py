@@ -102,6 +102,23 @@ def test_fitted_file_records_cross_validated_errors():
         assert 0 <= entry["mape"] <= entry["worst"]
 
 
+def test_a_separately_fitted_source_is_fitted_as_its_own_dataset():
+    """A source named in SEPARATE_FITTED (MosaicML's MPT table) is fitted, not pooled into its
+    ``<stack>-<generation>`` set, so that cross-validation leaves it out on its own; the held-out sets
+    stay out of the fit, and the stored fit covers exactly the fitted datasets."""
+    assert not set(validation.NOT_FITTED) & set(validation.SEPARATE_FITTED)
+    fitted = calibration.fitting_runs(VTRAIN_DIR)
+    names = {m.dataset for m in fitted}
+    assert set(validation.SEPARATE_FITTED) <= names
+    assert not names & set(validation.NOT_FITTED)
+    mosaic = [m for m in fitted if m.dataset == "fsdp-mosaic"]
+    assert len(mosaic) == 18 and all(m.run.id.startswith("mosaic2401-") for m in mosaic)
+    assert not any(m.run.id.startswith("mosaic2401-") for m in fitted if m.dataset == "fsdp-hopper")
+    stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text())
+    assert set(stored["errors_at_fit"]) == names
+    assert stored["errors_at_fit"]["fsdp-mosaic"]["runs"] == 18
+
+
 def test_size_out_by_dataset_weights_each_class_by_its_runs():
     cv = {"leave_one_size_out": {
         "small": {"runs": 4, "mape": 0.2, "worst": 0.5,

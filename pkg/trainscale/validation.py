@@ -52,12 +52,17 @@ STACKS_FILE = "published_runs_stacks.csv"
 # BLOOM (iteration-2 snapshots on Jean Zay) test DeepSpeed at 384 GPUs. Fitted, the trials lowered
 # Ampere's GEMM efficiency (0.776 -> 0.757) and raised the left-out error of the eight other fitted
 # datasets by 5.7 points in sum (80.0 -> 85.7, trainscale calibrate --cv, 2026-12-04): a shortfall
-# of that cluster and those trials, which no generation or stack parameter should absorb. MosaicML's
-# MPT throughput table (llm-foundry, 18 runs on 128-512 H100s, added 2026-12-05) tests the FSDP stack on
-# a code base other than the ones fitted (LayerNorm and GeLU models, not Llama's RMSNorm and SwiGLU); it
-# showed that the eager element-wise factor belongs to the ops eager code decomposes
-# (kernels.plan.eager_chain_factor), so for that count it is no longer a blind test.
-NOT_FITTED = ("fsdp-compiled", "deepspeed-trials", "fsdp-mosaic")
+# of that cluster and those trials, which no generation or stack parameter should absorb.
+NOT_FITTED = ("fsdp-compiled", "deepspeed-trials")
+# Fitted, but kept as a dataset of their own (not pooled into ``<stack>-<generation>``), so that
+# cross-validation leaves each such source out on its own. MosaicML's MPT throughput table
+# (llm-foundry, 18 runs on 128-512 H100s, added 2026-12-05) was first held out; it showed that the
+# eager element-wise factor belongs to the ops eager code decomposes (kernels.plan.eager_chain_factor),
+# after which it was no longer a blind test. By the trials' rule it is fitted: with it in, the
+# left-out error of the nine other fitted datasets falls (99.5 -> 97.1 in sum; fsdp-hopper 8.3 -> 6.5,
+# nemo-hopper 10.7 -> 9.9, none up by more than 0.07; trainscale calibrate --cv, 2026-12-06), and its
+# own left-out error (8.1%) is the error it had held out.
+SEPARATE_FITTED = ("fsdp-mosaic",)
 
 # Knobs a source leaves blank, per stack: the defaults of the code the runs used (2024-25).
 # NeMo 2.0 performance recipes: Megatron-Core + Transformer Engine (fused attention), sequence
@@ -214,12 +219,13 @@ def _public_plan(row: Mapping) -> dict:
 
 
 def _public_dataset(row: Mapping, default: str) -> str:
-    """The dataset of a public run: ``<stack>-<generation>``, or a held-out set the ``dataset`` column
-    names (one of :data:`NOT_FITTED`)."""
+    """The dataset of a public run: ``<stack>-<generation>``, or the set the ``dataset`` column names
+    (one of :data:`NOT_FITTED` or :data:`SEPARATE_FITTED`)."""
     named = row.get("dataset") or ""
-    if named and named not in NOT_FITTED and named != default:
+    valid = NOT_FITTED + SEPARATE_FITTED
+    if named and named not in valid and named != default:
         raise ValueError(f"{STACKS_FILE}: row {row['id']}: dataset = {named!r} is invalid; valid: blank "
-                         f"({default}) or a held-out set, one of {', '.join(NOT_FITTED)}")
+                         f"({default}) or a named set, one of {', '.join(valid)}")
     return named or default
 
 

@@ -219,7 +219,9 @@ COMMANDS = {
     "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),
     "trainscale validate": Run(_check_validate),
     "trainscale validate --all": Run(_check_validate_all),
-    "trainscale validate --search-unpublished": Run(_check_validate_searched),
+    # slow (8 s; CI runs it): the default run checks the same command's table in
+    # tests/test_searched_knobs.py::test_validate_prints_the_searched_runs
+    "trainscale validate --search-unpublished": Run(_check_validate_searched, slow=True),
     "trainscale calibrate": NotRun(
         "a refit of ~190 runs (20-60 s); tests/test_cli.py::test_calibrate_without_write runs it (slow)"),
     "trainscale systems": Run(_check_systems),
@@ -233,7 +235,9 @@ COMMANDS = {
     "mkdir -p results/papermill && .venv/bin/papermill --engine trainscale -k python3 notebooks/hardware-scaling.ipynb "
     "results/papermill/hs-h200.ipynb -p output_dir results/papermill/hs-h200 "
     "-y '{systems: [dgx-h100, dgx-h200], models: [llama2-70b]}'":
-        Run(_check_papermill, before=_clear_papermill),
+        # slow (11 s; CI runs it): the quick workflow's fixture runs every notebook through the same
+        # papermill engine with parameters, in the default run
+        Run(_check_papermill, before=_clear_papermill, slow=True),
     # ## Run on a SLURM cluster
     'PATH="$PWD/.venv/bin:$PATH" snakemake --workflow-profile workflow/profiles/slurm': NotRun(
         SLURM_REASON,

@@ -39,6 +39,21 @@ def test_the_size_class_reading_is_reported_not_judged(tmp_path):
     assert "4.0% with only each run's model-size class left out" in rec.our_setting
 
 
+def test_a_left_out_dataset_names_the_separately_fitted_source_of_its_kind(tmp_path):
+    """Left out, fsdp-hopper's stack and generation are still fitted on MosaicML's runs (fsdp, hopper): its
+    record says so; a dataset of another kind (fsdp-ampere) and the source itself do not."""
+    names = ["fsdp-hopper", "fsdp-mosaic", "fsdp-ampere"]
+    ds = xr.Dataset({"rel_error": ("run", [0.01, 0.02, 0.03]), "left_out_mape": ("run", [0.06, 0.08, 0.05])},
+                    coords={"run": ["r0", "r1", "r2"], "dataset": ("run", names),
+                            "stack": ("run", ["fsdp"] * 3), "generation": ("run", ["hopper", "hopper", "ampere"])})
+    tsio.write_dataset(ds, tmp_path / "validation.nc")
+    records = {r.quantity.split(":")[0]: r for r in study.compare(tmp_path)}
+    assert "stay fitted on fsdp-mosaic" in records["fsdp-hopper"].our_setting
+    assert records["fsdp-hopper"].our_value == pytest.approx(0.06)
+    assert "stay fitted on" not in records["fsdp-ampere"].our_setting
+    assert "stay fitted on" not in records["fsdp-mosaic"].our_setting
+
+
 def test_a_dataset_never_fitted_is_judged_on_its_own_error(tmp_path):
     records = synthetic(tmp_path, {"fsdp-compiled": [0.05, 0.07]}, {})
     assert records["fsdp-compiled"].our_value == pytest.approx(0.06)

@@ -22,7 +22,8 @@ VENV_BIN = $(abspath $(VENV))/bin
 STAMP    = $(VENV)/.installed
 LAB_STAMP = $(VENV)/.lab-installed
 
-export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
+# The Numba cache: the package decides (trainscale.kernels.cache_base: NUMBA_CACHE_DIR if set, else .numba_cache/
+# of this checkout), so make, an activated venv, JupyterLab, papermill and SLURM jobs share what setup compiles.
 # Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
 export PATH := $(VENV_BIN):$(PATH)
 
@@ -48,7 +49,8 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3
-	@echo "compiling the Numba kernels into $(NUMBA_CACHE_DIR) (once; a first search then answers in seconds)"
+	@echo "compiling the Numba kernels into $$($(PY) -c 'import trainscale.kernels as k; print(k.cache_base())') (once; a first predict or search then answers in seconds)"
+	$(VENV)/bin/trainscale predict examples/runs.yaml >/dev/null
 	$(PY) -c "from trainscale import perfmodel; perfmodel.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
 	touch $@
 

@@ -463,3 +463,33 @@ def test_cached_grid_survives_compiling_in_three_processes(tmp_path):
     for stage in ("ep", "dense", "dense"):
         proc = subprocess.run([sys.executable, "-c", script, stage], env=env, capture_output=True, text=True)
         assert proc.returncode == 0, (stage, proc.returncode, proc.stderr[-2000:])
+
+
+# --- one Numba cache wherever the package runs (make, an activated venv, a notebook, a SLURM job) --------------
+
+def test_the_package_decides_the_numba_cache_folder(tmp_path):
+    from trainscale import kernels
+
+    root = Path(kernels.__file__).resolve().parents[3]
+    assert kernels.cache_base({}) == str(root / ".numba_cache")  # a source checkout: what `make setup` warms
+    assert kernels.cache_base({"NUMBA_CACHE_DIR": "/elsewhere"}) == "/elsewhere"
+    wheel = tmp_path / "site-packages" / "trainscale" / "kernels"
+    wheel.mkdir(parents=True)
+    assert kernels.cache_base({"XDG_CACHE_HOME": str(tmp_path)}, here=wheel) == str(tmp_path / "trainscale-numba")
+
+
+def test_a_new_shell_predicts_from_the_cache_make_setup_filled():
+    """No NUMBA_CACHE_DIR (an activated venv): the second `trainscale predict` loads every kernel, compiles none."""
+    from trainscale import kernels
+
+    root = Path(kernels.__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["NUMBA_DEBUG_CACHE"] = "1"
+    cli = [sys.executable, "-m", "trainscale.cli", "predict", str(root / "examples" / "runs.yaml")]
+    for _ in range(2):
+        proc = subprocess.run(cli, env=env, cwd=root, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    saved = [line for line in proc.stdout.splitlines() if "[cache] data saved" in line]
+    loaded = [line for line in proc.stdout.splitlines() if "[cache] data loaded" in line]
+    assert not saved, saved[:3]
+    assert loaded and all(str(root / ".numba_cache") in line for line in loaded), loaded[:3]

@@ -618,7 +618,23 @@ def cmd_publish_notebook(args) -> int:
     from . import publish
 
     _require_file(args.executed, "EXECUTED")
-    print(f"wrote {publish.publish_notebook(args.executed, args.destination)}")
+    shown_as = None
+    if args.shown_as:
+        shown_as = (str(Path(args.destination).parent), args.shown_as)
+    print(f"wrote {publish.publish_notebook(args.executed, args.destination, shown_as)}")
+    return 0
+
+
+def cmd_install_outputs(args) -> int:
+    from . import workflow_outputs
+
+    if not os.path.isdir(args.staging):
+        raise CLIError(f"STAGING: {args.staging!r} is not a folder (the notebook wrote nothing there)")
+    try:
+        installed = workflow_outputs.install(args.staging, args.destination, args.names)
+    except workflow_outputs.InstallError as err:
+        raise CLIError(str(err)) from None
+    print(f"installed {len(installed)} files in {args.destination}")
     return 0
 
 
@@ -752,7 +768,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("publish-notebook", help="copy an executed notebook without timestamps, for readers")
     p.add_argument("executed", metavar="EXECUTED", help="the notebook papermill executed")
     p.add_argument("destination", metavar="DEST", help="where to write the copy (next to its figures)")
+    p.add_argument("--shown-as", metavar="FOLDER",
+                   help="the folder the outputs are moved to: replaces DEST's folder (a staging folder) in the copy")
     p.set_defaults(func=cmd_publish_notebook)
+
+    p = sub.add_parser("install-outputs", help="move a study's staged outputs into place once all are there "
+                       "(the workflow's last step; nothing moves if one is missing)")
+    p.add_argument("staging", metavar="STAGING", help="the folder the notebook wrote into")
+    p.add_argument("destination", metavar="DEST", help="the outputs' folder, e.g. figures/<study>")
+    p.add_argument("names", metavar="NAME", nargs="+", help="the files to move (every declared output)")
+    p.set_defaults(func=cmd_install_outputs)
 
     p = sub.add_parser("systems", help="list catalog systems")
     p.add_argument("--fields", action="store_true", help="list the fields a run may override, with units")

@@ -5,7 +5,10 @@ ended, how long it took), which would make every rerun change the file. :func:`p
 copy without them, outputs kept, so ``figures/<study>/<study>.ipynb`` shows the study's comparison and
 prints without running anything and a rerun rewrites the same bytes. An embedded image that is one of the
 PNG files beside it is replaced by a link to that file (the figure is committed once, not twice), and the
-random element ids of rich HTML outputs (xarray's repr) are renumbered in order of appearance.
+random element ids of rich HTML outputs (xarray's repr) are renumbered in order of appearance. The workflow
+runs a notebook into a staging folder and moves its outputs into place afterwards
+(:mod:`trainscale.workflow_outputs`); ``shown_as`` writes the place they end up in wherever the copy names the
+staging folder (the injected ``output_dir``, the paths the notebook printed).
 """
 
 from __future__ import annotations
@@ -56,8 +59,10 @@ def _link_known_images(outputs: list, pngs: dict[str, str]) -> list:
     return kept
 
 
-def publish_notebook(executed: str | os.PathLike, destination: str | os.PathLike) -> Path:
-    """Copy an executed notebook to ``destination`` without timestamps (temporary name, then moved)."""
+def publish_notebook(executed: str | os.PathLike, destination: str | os.PathLike,
+                     shown_as: tuple[str, str] | None = None) -> Path:
+    """Copy an executed notebook to ``destination`` without timestamps (temporary name, then moved);
+    ``shown_as=(staging, final)`` replaces the folder ``staging`` by ``final`` in the copy's text."""
     executed, destination = Path(executed), Path(destination)
     nb = json.loads(executed.read_text(encoding="utf-8"))
     papermill = nb.get("metadata", {}).get("papermill", {})
@@ -80,6 +85,10 @@ def publish_notebook(executed: str | os.PathLike, destination: str | os.PathLike
                     output["data"]["text/html"] = _renumber_ids(text, ids)
     destination.parent.mkdir(parents=True, exist_ok=True)
     tmp = destination.with_name(f".{destination.name}.tmp")
-    tmp.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    if shown_as is not None:
+        staging, final = (str(Path(folder)) for folder in shown_as)
+        text = text.replace(staging, final)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, destination)
     return destination

@@ -1,11 +1,13 @@
 # Helpers shared by the study rules. Paths are relative to the repository root, which must be
 # the working directory (run `snakemake --snakefile workflow/Snakefile` from there).
 import json
+import os
 from pathlib import Path
 
 import yaml
 from snakemake.exceptions import WorkflowError
 
+from trainscale import workflow_outputs
 from trainscale.studies import registry
 
 REPO_ROOT = Path(workflow.basedir).resolve().parent
@@ -19,16 +21,6 @@ MODE = config["mode"]
 FIGURES_DIR = "figures" if MODE == "full" else f"results/{MODE}/figures"
 NOTEBOOKS_DIR = f"results/{MODE}/notebooks"
 
-# Every study reruns when the package (code or catalogs) changes.
-PACKAGE_FILES = sorted(
-    str(p)
-    for p in Path("pkg/trainscale").rglob("*")
-    if p.is_file()
-    and p.suffix in {".py", ".yaml", ".csv"}
-    and "__pycache__" not in p.parts
-)
-
-
 try:  # the study registry: each study's module declares its outputs and resources
     STUDIES = registry.load_all(config["studies"])
 except registry.ConfigError as err:
@@ -39,18 +31,47 @@ def study_dir(study):
     return f"{FIGURES_DIR}/{study}"
 
 
-def study_outputs(study, files):
-    """Declared outputs (datasets, figures, comparison.csv) of a study, in the current mode's folder."""
-    return [f"{study_dir(study)}/{name}" for name in files]
+def staging_dir(study):
+    """Where a study's notebook writes; its outputs move to study_dir only when all are there."""
+    return f"results/{MODE}/staging/{study}"
+
+
+# ------------------------------------------------- when a study reruns (trainscale.workflow_outputs)
+# A study reruns when its fingerprint (its notebook, the package modules it imports, the catalogs,
+# requirements.txt, its input-folder CSVs and its parameters, hashed by content) differs from the one its
+# outputs were made from (figures/<study>/inputs.json): the fingerprint file below is the rule's input and
+# its mtime is 0 when current, now when not. File dates from a git checkout decide nothing.
+
+
+def fingerprint_file(study):
+    return f"results/{MODE}/fingerprints/{study}.json"
+
+
+def input_folder_paths(study):
+    """The *.csv files in the folders a study's parameters name (INPUT_FOLDER_PARAMETERS), where they exist."""
+    found = []
+    for parameter in study.input_folder_parameters:
+        folder = study_config(study.name).get(parameter)
+        if folder and Path(folder).is_dir():
+            found += sorted(str(p) for p in Path(folder).glob("*.csv"))
+    return found
+
+
+def sync_study_fingerprint(study):
+    files = workflow_outputs.study_input_files(
+        REPO_ROOT, study.name, study.notebook, input_folder_paths(study)
+    )
+    fingerprint = workflow_outputs.study_fingerprint(
+        REPO_ROOT, files, study_config(study.name)
+    )
+    committed = f"{study_dir(study.name)}/{workflow_outputs.FINGERPRINT_FILE}"
+    workflow_outputs.sync_fingerprint(
+        fingerprint_file(study.name), fingerprint, committed
+    )
 
 
 def study_notebook(study):
     return f"notebooks/{study}.ipynb"
-
-
-def published_notebook(study):
-    """The executed notebook for readers, beside the figures (outputs kept, timestamps dropped)."""
-    return f"{study_dir(study)}/{study}.ipynb"
 
 
 def executed_notebook(study):
@@ -69,8 +90,8 @@ def study_config(study):
 
 
 def notebook_parameters(study):
-    """Papermill parameters of a study (YAML): its config for the current mode + output_dir."""
-    parameters = dict(study_config(study), output_dir=study_dir(study))
+    """Papermill parameters of a study (YAML): its config for the current mode + output_dir (staging)."""
+    parameters = dict(study_config(study), output_dir=staging_dir(study))
     return yaml.safe_dump(
         parameters, sort_keys=True, default_flow_style=True, width=10**6
     ).strip()
@@ -81,36 +102,36 @@ def study_runtime_min(quick, full):
     return quick if MODE == "quick" else full
 
 
-def input_folder_files(study):
-    """Input function: the *.csv files in the folders a study's parameters name (INPUT_FOLDER_PARAMETERS),
-    where those folders exist (the notebook says what it skips otherwise)."""
-
-    def files(wildcards):
-        found = []
-        for parameter in study.input_folder_parameters:
-            folder = study_config(study.name).get(parameter)
-            if folder and Path(folder).is_dir():
-                found += sorted(str(p) for p in Path(folder).glob("*.csv"))
-        return found
-
-    return files
+def study_output_names(study):
+    """Every file a study's job installs: declared outputs, comparison record, published notebook,
+    fingerprint."""
+    return [
+        *study.all_outputs(),
+        f"{study.name}.ipynb",
+        workflow_outputs.FINGERPRINT_FILE,
+    ]
 
 
 def all_study_outputs():
-    """Outputs of every study in the config, with its published notebook."""
+    """Outputs of every study in the config (what the study rules install)."""
     return [
-        f
+        f"{study_dir(study.name)}/{name}"
         for study in STUDIES
-        for f in [
-            *study_outputs(study.name, study.all_outputs()),
-            published_notebook(study.name),
-        ]
+        for name in study_output_names(study)
     ]
 
 
 # ---------------------------------------------------------------- sweeps (rules/sweeps.smk)
 
 SWEEPS_DIR = f"results/{MODE}/sweeps"
+# Sweep results (under results/, never committed) rerun when the package changes (by mtime).
+PACKAGE_FILES = sorted(
+    str(p)
+    for p in Path("pkg/trainscale").rglob("*")
+    if p.is_file()
+    and p.suffix in {".py", ".yaml", ".csv"}
+    and "__pycache__" not in p.parts
+)
 
 
 def sweep_spec(name):

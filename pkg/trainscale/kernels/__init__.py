@@ -6,7 +6,10 @@ function per formula; ``plan`` prices a layer and a whole step; ``grid`` evaluat
 Numba's on-disk cache checks only the source file of the cached function, not the kernels it
 inlines from other files, so a changed formula in ``plan.py`` would leave a stale compiled
 ``grid.evaluate_grid`` behind. The cache therefore lives in a folder named after a hash of all
-kernel sources (under ``NUMBA_CACHE_DIR`` if set, else the user's cache folder).
+kernel sources, under :func:`cache_base`: ``NUMBA_CACHE_DIR`` if set, else the checkout's
+``.numba_cache/`` when the package runs from a source checkout (what ``make setup`` warms: the same folder
+for make, an activated venv, JupyterLab, papermill and a SLURM job on a shared filesystem), else the
+user's cache folder (an installed wheel).
 
 A cached function must not call a ``parallel=True`` kernel: when the callee was loaded from the
 cache while the caller compiled, the cached caller crashes the next process that loads it (seen
@@ -22,6 +25,27 @@ import numba
 
 _HERE = Path(__file__).parent
 _DIGEST = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(_HERE.glob("*.py")))).hexdigest()[:16]
-_BASE = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "trainscale-numba")
-numba.config.CACHE_DIR = os.path.join(_BASE, f"kernels-{_DIGEST}")
+
+
+def source_checkout_root(here: Path = _HERE) -> Path | None:
+    """The repository root when this package runs from a source checkout (``<root>/pkg/trainscale``
+    beside ``<root>/pyproject.toml``), else None (an installed wheel)."""
+    root = here.parents[2]
+    if here.parent.name == "trainscale" and here.parents[1].name == "pkg" and (root / "pyproject.toml").is_file():
+        return root
+    return None
+
+
+def cache_base(environ=os.environ, here: Path = _HERE) -> str:
+    """Where the compiled kernels live: ``NUMBA_CACHE_DIR`` if set, else ``<checkout>/.numba_cache``,
+    else ``$XDG_CACHE_HOME/trainscale-numba`` (``~/.cache`` by default)."""
+    if environ.get("NUMBA_CACHE_DIR"):
+        return environ["NUMBA_CACHE_DIR"]
+    root = source_checkout_root(here)
+    if root is not None:
+        return str(root / ".numba_cache")
+    user_cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(user_cache, "trainscale-numba")
+
+
+numba.config.CACHE_DIR = os.path.join(cache_base(), f"kernels-{_DIGEST}")

@@ -22,6 +22,7 @@ From these, ``workflow/rules/studies.smk`` generates one rule per study (outputs
 
 from __future__ import annotations
 
+import ast
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Callable, Mapping
 from ..comparison import RECORDS_FILE
 
 __all__ = ["StudyInfo", "module_name", "load", "load_all", "validate_config", "check_notebook_parameters",
-           "ConfigError"]
+           "ConfigError", "injected_parameter_names"]
 
 REQUIRED = ("PAPER", "OUTPUTS", "RESOURCES", "compare")
 RESOURCE_KEYS = ("mem_mb", "runtime_quick_min", "runtime_full_min")
@@ -148,12 +149,37 @@ def _first_error(validator, values) -> tuple[str, str] | None:
     return field, message if len(message) <= 300 else message[:297] + "..."
 
 
+# Parameters every study notebook takes besides its config block (the workflow sets it).
+NOTEBOOK_ONLY_PARAMETERS = frozenset({"output_dir"})
+# The first line papermill writes in the cell of the parameters it injects (papermill.translators).
+_INJECTED_HEADER = "# Parameters"
+
+
+def injected_parameter_names(namespace: Mapping[str, Any]) -> set[str]:
+    """The names papermill injected into a running notebook (``-p NAME VALUE``, ``-y``, ``-f``), read from
+    the kernel's input history ``In`` (the injected cell starts with ``# Parameters``); empty when nothing
+    was injected (JupyterLab) or there is no history."""
+    history = namespace.get("In")
+    if not isinstance(history, list):
+        return set()
+    for source in reversed(history):
+        if isinstance(source, str) and source.splitlines()[:1] == [_INJECTED_HEADER]:
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                return set()
+            return {target.id for node in tree.body if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)}
+    return set()
+
+
 def check_notebook_parameters(study: str, namespace: Mapping[str, Any],
                               schema_path: str | Path = "config/schema.yaml") -> None:
     """A study notebook's parameters (as papermill or a user set them) against the same schema the workflow's
-    config is checked with (``$defs/params/<study>``): a value of the wrong type or out of range raises
-    ConfigError with one line naming the parameter (``papermill -p include_vtrain_single badvalue`` is not
-    taken as true). Call it in the notebook's first code cell with ``globals()``."""
+    config is checked with (``$defs/params/<study>``): a name the study does not take (``papermill -p
+    global_batch_token ...``, which papermill only warns about) or a value of the wrong type or out of range
+    raises ConfigError with one line naming the parameter and what is valid (``papermill -p
+    include_vtrain_single badvalue`` is not taken as true). Call it in the notebook's first code cell with ``globals()``."""
     from jsonschema import Draft202012Validator
 
     path = Path(schema_path)
@@ -164,6 +190,10 @@ def check_notebook_parameters(study: str, namespace: Mapping[str, Any],
     if study not in params:
         raise ConfigError(f"study {study!r}: {path} has no $defs/params/{study}")
     names = set(params[study].get("properties", {}))
+    unknown = sorted(injected_parameter_names(namespace) - names - NOTEBOOK_ONLY_PARAMETERS)
+    if unknown:
+        valid = ", ".join(sorted(names | NOTEBOOK_ONLY_PARAMETERS))
+        raise ConfigError(f"notebook parameter {unknown[0]}: unknown parameter of {study}; valid: {valid}")
     values = {name: namespace[name] for name in names if name in namespace}
     validator = Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/params/{study}"})
     problem = _first_error(validator, values)

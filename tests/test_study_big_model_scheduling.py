@@ -134,11 +134,24 @@ def test_study_datasets_and_records(tmp_path):
     np.testing.assert_allclose(sc["iteration_s"], sc["compute_s"] + sc["comm_s"], rtol=1e-12)
     assert (sc["comm_s"].diff("workers") > 0).all()
     assert float(admm["distance"].isel(iteration=-1).max()) < 1e-4
+    assert -0.7 < float(np.median(study.kernel_error_slope(acc))) < -0.3
     records = study.compare(tmp_path)
-    assert len(records) == 5 and all(r.study == STUDY and not r.same_setting for r in records)
-    slope = records[0]
-    assert slope.paper_value == -0.5 and -0.7 < slope.our_value < -0.3
-    assert slope.our_low <= slope.our_value <= slope.our_high
+    assert len(records) == 3 and all(r.study == STUDY and not r.same_setting for r in records)
+    assert all(r.verdict in ("not tested", "not reproduced") for r in records)  # the paper's numbers are not read
+
+
+def test_committed_kernel_error_falls_at_the_monte_carlo_rate_and_admm_reaches_the_direct_solve():
+    """What were two records (a textbook rate and a self-check, not the paper's claims), on the committed
+    full datasets: the kernel error's log-log slope in D within 25% of D^-1/2 (median over widths and draws),
+    and every split's ADMM iterate within 1e-4 of the direct ridge solve after the last iteration."""
+    from conftest import REPO_ROOT
+    from trainscale import io as tsio
+
+    folder = REPO_ROOT / "figures" / STUDY
+    slopes = study.kernel_error_slope(tsio.read_dataset(folder / "accuracy.nc"))
+    assert float(np.median(slopes)) == pytest.approx(study.MC_RATE, rel=0.25)
+    distance = tsio.read_dataset(folder / "admm.nc")["distance"].isel(iteration=-1)
+    assert float(distance.max()) < 1e-4
 
 
 def test_quick_workflow_writes_the_outputs(quick_workflow):

@@ -151,9 +151,12 @@ def test_study_datasets_and_records(tmp_path):
     assert len(records) == 3 and all(not r.same_setting for r in records)
     for r in records:
         assert r.study == STUDY and r.verdict in comparison.VERDICTS and np.isfinite(r.our_value)
+    for r in records[1:]:
         assert r.our_low <= r.our_value <= r.our_high
     top = rt.sel(threads=rt["threads"].max())
     expected = float((rt["serial_s_per_iter"] / top["parallel_s_per_iter"].sel(schedule="local")).max())
+    # the paper's 50x is a GPU over a CPU: not tested here; our CPU speed-up is carried, not judged
+    assert records[0].verdict == "not tested" and records[0].reason.startswith("needs a GPU")
     assert records[0].our_value == pytest.approx(expected, rel=1e-12)
     assert comparison.diff_records(records, study.compare(tmp_path)) == []
 

@@ -147,6 +147,19 @@ def test_records_from_saved_data(tmp_path):
     tsio.write_dataset(tr, tmp_path / "training.nc")
     tsio.write_dataset(wt, tmp_path / "walltime.nc")
     records = study.compare(tmp_path)
-    assert len(records) == 3 and all(np.isnan(r.paper_value) for r in records)
+    assert len(records) == 2 and all(np.isnan(r.paper_value) for r in records)
+    assert all(r.verdict in ("not tested", "not reproduced") for r in records)  # the paper gives no number
     speed = wt["step_s"].sel(schedule="synchronous") / wt["step_s"].sel(schedule="gear 2-1")
-    assert records[2].our_value == pytest.approx(float(speed.sel(bandwidth_GBps=25.0)))
+    assert (speed > 1).all()
+
+
+def test_committed_gear_steps_faster_than_synchronous_sgd():
+    """What was a record (true by construction: gear synchronises fewer parts per step), on the committed full
+    dataset: every gear schedule's step is shorter than synchronous SGD's at every swept bandwidth."""
+    from conftest import REPO_ROOT
+    from trainscale import io as tsio
+
+    wt = tsio.read_dataset(REPO_ROOT / "figures" / study.STUDY / "walltime.nc")
+    gears = [s for s in wt["schedule"].values.tolist() if s.startswith("gear")]
+    speed = wt["step_s"].sel(schedule="synchronous") / wt["step_s"].sel(schedule=gears)
+    assert gears and bool((speed > 1).all())

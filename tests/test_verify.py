@@ -27,13 +27,45 @@ STUDIES = verify.study_names(REPO_ROOT / "config" / "config.yaml")
     (7.5, 1.0, True, "not reproduced"),     # no effect
     (7.5, math.nan, True, "not reproduced"),
     (0.8, 0.7, True, "reproduced"),         # a slow-down, within tolerance
-    (0.8, 0.3, True, "partly"),             # a slow-down, too strong
+    (0.8, 0.5, True, "not reproduced"),     # a slow-down 0.5 / 0.2 = 2.5x the paper's
+    (0.8, 0.65, False, "partly"),           # a slow-down 0.35 / 0.2 = 1.75x the paper's, another setting
+    (50.0, 1.9, False, "not reproduced"),   # 0.9 / 49 of the paper's speed-up: the right way, 54x too small
+    (1.5, 1.6, False, "partly"),            # within 25%, but in another setting
+    (2.0, 2.9, True, "partly"),             # +45%, but 1.9 / 1.0 of the paper's effect
+    (2.0, 3.1, True, "not reproduced"),     # 2.1 / 1.0 of the paper's effect: more than 2x off
     (0.88, 1.04, True, "not reproduced"),   # within 25% of the paper, but a saving turned into a cost
     (0.88, 1.04, False, "not reproduced"),
 ])
 def test_verdict_follows_from_the_numbers(paper, ours, same, verdict):
     r = comparison.numeric("s", "q", "x", paper_value=paper, paper_setting="p", our_value=ours,
                            our_setting="o", same_setting=same, neutral=1.0)
+    assert r.verdict == verdict, r.reason
+
+
+def test_the_size_test_weighs_the_effect_from_no_effect_not_the_value():
+    """1.6x against 1.5x is 1.2 times the paper's effect (partly, by size, at a tolerance that rejects it as a
+    number); 1.9x against 50x is 0.018 times it (not reproduced, though the direction is the paper's)."""
+    assert comparison.effect_ratio(1.5, 1.6, 1.0) == pytest.approx(1.2)
+    near = comparison.numeric("s", "q", "x", paper_value=1.5, paper_setting="p", our_value=1.6, our_setting="o",
+                              neutral=1.0, rel_tol=0.05)
+    far = comparison.numeric("s", "q", "x", paper_value=50, paper_setting="p", our_value=1.9, our_setting="o",
+                             neutral=1.0, same_setting=False)
+    assert (near.verdict, far.verdict) == ("partly", "not reproduced")
+    assert "1.2x the paper's effect" in near.reason and "more than a factor of 2" in far.reason
+
+
+def test_a_claim_needing_what_we_do_not_run_is_not_tested_and_counted_apart():
+    gpu = comparison.not_tested("s", "GPU over CPU speed-up", "x", paper_value=50, paper_setting="GPU vs CPU",
+                                needs="a GPU: this study runs on a CPU", our_value=1.9, our_setting="CPU threads")
+    assert gpu.verdict == "not tested" and gpu.reason.startswith("needs a GPU")
+    assert comparison.counts([gpu]) == {"reproduced": 0, "partly": 0, "not reproduced": 0, "not tested": 1}
+
+
+@pytest.mark.parametrize("ours, verdict", [(1.3, "not tested"), (0.9, "not reproduced"), (1.0, "not reproduced"),
+                                           (math.nan, "not reproduced")])
+def test_a_direction_without_a_size_is_never_partly(ours, verdict):
+    r = comparison.directional("s", "q", "x", paper_direction=1, paper_setting="p", our_value=ours,
+                               our_setting="o", neutral=1.0)
     assert r.verdict == verdict, r.reason
 
 
@@ -70,7 +102,7 @@ def test_records_round_trip_and_malformed_files_name_row_and_column(tmp_path):
     assert comparison.read_records(path) == records
     assert comparison.diff_records(records, comparison.read_records(path)) == []
     lines = path.read_text().splitlines()
-    path.write_text("\n".join(lines[:2] + [lines[2].replace("partly", "maybe")]) + "\n")
+    path.write_text("\n".join(lines[:2] + [lines[2].replace(",not reproduced,", ",maybe,")]) + "\n")
     with pytest.raises(ValueError) as err:
         comparison.read_records(path)
     assert "row 3" in str(err.value) and "maybe" in str(err.value) and "\n" not in str(err.value)
@@ -88,6 +120,20 @@ def test_diff_names_a_moved_value_a_moved_verdict_and_a_missing_claim():
     # a last-bit difference (another CPU) is not a difference
     c = replace(a, our_value=a.our_value * (1 + 1e-12))
     assert comparison.diff_records([c], [a]) == []
+
+
+def test_verify_write_rewrites_stale_records_from_the_datasets_and_nothing_else(tmp_path):
+    study = "pruning"
+    shutil.copytree(REPO_ROOT / "figures" / study, tmp_path / study, ignore=shutil.ignore_patterns("*.png", "*.ipynb"))
+    path = tmp_path / study / comparison.RECORDS_FILE
+    stale = [replace(r, our_value=r.our_value * 2) for r in comparison.read_records(path)]
+    comparison.write_records(stale, path)
+    assert not verify.check_study(study, tmp_path).ok
+    assert verify.write_study(study, tmp_path).ok
+    assert verify.check_study(study, tmp_path).ok
+    (tmp_path / study / "mixing.nc").unlink()  # a dataset missing: nothing is written
+    before = path.read_text()
+    assert not verify.write_study(study, tmp_path).ok and path.read_text() == before
 
 
 # ----------------------------------------------------------------------------- the registry

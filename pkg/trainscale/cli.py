@@ -556,7 +556,7 @@ def cmd_verify(args) -> int:
 
     _require_file(args.config, "--config")
     try:
-        checks = verify.verify(args.figures, args.config, args.study)
+        checks = verify.verify(args.figures, args.config, args.study, write=args.write)
     except ValueError as err:
         raise CLIError(str(err)) from None
     failed = 0
@@ -749,6 +749,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", default="figures", help="folder with one folder per study (default: figures)")
     p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
     p.add_argument("--study", nargs="+", metavar="STUDY", help="only these studies")
+    p.add_argument("--write", action="store_true",
+                   help="first rewrite each study's comparison.csv from its committed datasets with the study's "
+                        "compare (after a change to the verdict rule or to a compare, never to the data), then check")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("gallery", help="the README's figure gallery and paper-vs-ours table (from the registry "

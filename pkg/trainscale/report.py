@@ -85,7 +85,7 @@ _STYLE = """
 body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 figure{margin:1.5em 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:13px;color:#444}
-.reproduced{color:#176417}.partly{color:#8a5a00}.not{color:#a11}
+.reproduced{color:#176417}.partly{color:#8a5a00}.not-reproduced{color:#a11}.not-tested{color:#666}
 """
 
 _CHECK = """
@@ -115,7 +115,8 @@ def build_report(figures_dir: str | os.PathLike = "figures", config_path: str | 
             records.extend(comparison.read_records(path))
     tally = comparison.counts(records)
     parts.append(f"<h2>Paper vs ours</h2><p>{len(records)} claims: {tally['reproduced']} reproduced, "
-                 f"{tally['partly']} partly, {tally['not reproduced']} not reproduced (verdict rule: "
+                 f"{tally['partly']} partly, {tally['not reproduced']} not reproduced, and {tally['not tested']} not "
+                 f"tested, counted apart (verdict rule: "
                  f"<code>trainscale.comparison.judge</code>).</p>")
     parts.append(_table(
         ["study", "quantity", "paper (setting)", "ours (setting)", "same setting", "verdict"],
@@ -123,7 +124,7 @@ def build_report(figures_dir: str | os.PathLike = "figures", config_path: str | 
           f"{_number(r.paper_value)} {html.escape(r.units)}<br><small>{html.escape(r.paper_setting)}</small>",
           f"{_number(r.our_value)} {html.escape(r.units)}<br><small>{html.escape(r.our_setting)}</small>",
           "yes" if r.same_setting else "no",
-          f"<span class='{r.verdict.split()[0]}'><b>{r.verdict}</b></span>: {html.escape(r.reason)}"]
+          f"<span class='{r.verdict.replace(' ', '-')}'><b>{r.verdict}</b></span>: {html.escape(r.reason)}"]
          for r in records]))
     validation_nc = figures_dir / "validation" / "validation.nc"
     if validation_nc.is_file():

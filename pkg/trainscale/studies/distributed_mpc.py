@@ -209,12 +209,13 @@ def compare(folder) -> list[comparison.Record]:
     free = "chain size n and locality d"
     paper_gpu = "GPU (OpenCL) vs the same DLMPC on CPU, the paper's chains and localities ('up to 50x')"
     records = [
-        comparison.numeric(
-            STUDY, "speed-up, locality-aware parallel over serial (largest)", "x", paper_value=PAPER_NUMBERS["gpu_over_cpu"],
-            paper_setting=paper_gpu, our_value=float(np.nanmax(over_serial)), our_setting=ours, same_setting=False,
-            neutral=1.0, free_parameter=free, sweep=over_serial,
-            note=(f"median {np.nanmedian(over_serial):.2f}x; a 2-core CPU bounds this near 2x, the paper's 50x is a GPU "
-                  "against a CPU, not the same comparison")),
+        comparison.not_tested(
+            STUDY, "speed-up, GPU over CPU", "x", paper_value=PAPER_NUMBERS["gpu_over_cpu"], paper_setting=paper_gpu,
+            needs="a GPU: this study runs the schedules on CPU threads (Numba prange)",
+            our_value=float(np.nanmax(over_serial)),
+            our_setting=f"{ours}; locality-aware parallel over serial on the CPU, largest over n and d",
+            note=(f"the nearest quantity we compute, not judged: {np.nanmax(over_serial):.2f}x (median "
+                  f"{np.nanmedian(over_serial):.2f}x) on {int(rt['threads'].max())} CPU thread(s)")),
         comparison.numeric(
             STUDY, "speed-up, locality-aware over naive parallel (largest)", "x",
             paper_value=PAPER_NUMBERS["locality_over_naive"],

@@ -279,20 +279,15 @@ def _speedup_growth(at) -> xr.DataArray:
 def compare(folder) -> list[comparison.Record]:
     """Records from the saved equivalence, training and scaling datasets."""
     folder = Path(folder)
-    eq = tsio.read_dataset(folder / "equivalence.nc")
     tr = tsio.read_dataset(folder / "training.nc")
     sc = tsio.read_dataset(folder / "scaling.nc")
-    p, q = json.loads(eq.attrs["parameters"]), json.loads(sc.attrs["parameters"])
+    p, q = json.loads(tr.attrs["parameters"]), json.loads(sc.attrs["parameters"])
     small = (f"generated tasks: {p['fields']} fields x {p['rows_per_table']} rows, dim {p['embedding_dim']}, hidden "
              f"{p['hidden']}, {p['tasks_per_step']} tasks per step of {p['support']} support + {p['query']} query "
              f"examples, {p['inner_steps']} inner steps (first-order MAML)")
-    records = [comparison.within_target(
-        STUDY, "largest relative difference between the hybrid's and the data-parallel parameters", "1", target=1e-12,
-        target_setting=("G-Meta's hybrid changes where the parameters live, not the update (the paper: no loss of "
-                        "statistical performance against DMAML); the 1e-12 bound is ours"),
-        our_value=float(eq["max_rel_diff"].max()), same_setting=False,
-        our_setting=f"{small}; {int(eq.sizes['step'])} steps on {eq['workers'].values.tolist()} workers",
-        note=NOT_READ)]
+    # That the hybrid computes the data-parallel update (to 1e-12) is a self-check of the schedules, not the
+    # paper's claim: a test (tests/test_study_recsys_meta_learning.py), not a record.
+    records = []
     ratio = (tr["heldout_loss"].sel(variant=VARIANTS[0]) / tr["heldout_loss"].sel(variant=VARIANTS[1])).values
     records.append(comparison.directional(
         STUDY, "held-out (cold-start) query loss after adaptation, meta-trained over trained without the inner loop",
@@ -311,17 +306,15 @@ def _scaling_records(sc, q) -> list[comparison.Record]:
             f"{q['fields']} tables of {ref_rows:g} rows x dim {ref_dim}, hidden {q['hidden']}, {q['tasks_per_gpu']} tasks "
             f"per GPU of {q['support']} + {q['query']} examples, {q['inner_steps']} inner step; compute and collectives "
             "from the performance model")
-    at = sc.sel(gpus=ref_gpus)
     free = "rows per table, embedding dimension and scale-out bandwidth"
     speed = point["speedup"].sel(gpus=ref_gpus)
-    recs = [comparison.numeric(
-        STUDY, f"throughput of the hybrid over data-parallel at {ref_gpus} GPUs", "1",
-        paper_value=PAPER_NUMBERS["delivery_speedup"],
+    recs = [comparison.not_tested(
+        STUDY, "model delivery, G-Meta over the system before it", "x", paper_value=PAPER_NUMBERS["delivery_speedup"],
         paper_setting="abstract: continuous delivery of models 4x faster in Alipay's production since G-Meta "
                       "(hybrid parallelism and the Meta-IO pipeline together, against the system before it)",
-        our_value=float(speed), our_setting=ours, same_setting=False, neutral=1.0, free_parameter=free,
-        sweep=at["speedup"].values.ravel(),
-        note="ours is the training step alone (no I/O pipeline, no delivery process); " + NOT_READ)]
+        needs="a production delivery pipeline (Meta-IO, data and delivery process), which this project does not model",
+        our_value=float(speed), our_setting=f"{ours}; the training step alone, hybrid over data-parallel at {ref_gpus} GPUs",
+        note=f"the nearest quantity we compute, not judged: {float(speed):.3g}x for the training step; " + NOT_READ)]
     top = int(sc["gpus"].max())
     eff = point["efficiency"].sel(gpus=top)
     gap = eff.sel(schedule="hybrid") - eff.sel(schedule="data-parallel")

@@ -31,7 +31,7 @@ OUTPUTS = ("survey_map.nc", "survey_map.png", "techniques.png")
 RESOURCES = {"mem_mb": 500, "runtime_quick_min": 1, "runtime_full_min": 1}
 STUDY = "survey-map"
 NO_NUMBERS = ("the survey has no numbers to reproduce: this records the project's coverage of its areas (from "
-              "the map file), not a reproduction; the verdict only says the coverage is above zero")
+              "the map file), not a reproduction, so it is not tested")
 PAPER_SETTING = ("a survey (no experiments): distributed training, inference, fine-tuning and deployment of LLMs "
                  "and MLLMs, sorted into six focus areas of decentralization")
 
@@ -56,7 +56,8 @@ def gaps(ds: xr.Dataset) -> dict:
 
 def compare(folder) -> list[comparison.Record]:
     """The coverage from the saved dataset: areas covered / areas, techniques covered / techniques. The survey
-    gives no number, so each is a directional record (at best "partly") whose note says so."""
+    gives no number, so each is a directional record (never "partly": "not tested" while above zero) whose
+    note says so."""
     ds = tsio.read_dataset(Path(folder) / "survey_map.nc")
     n_areas = int(ds.sizes["area"])
     covered = int((ds["studies_per_area"] > 0).sum())

@@ -3,10 +3,15 @@
 Run as ``.venv/bin/python benchmarks/run.py``. Exits non-zero if the jitted grid kernel and the
 plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 
-* grid throughput: gpt3-175b on dgx-a100-80gb, 4096 GPUs, global batch 1536, over
-  ``perfmodel.default_space`` (>= 5 million plans); compiled once, then best of 3, for the Numba
+* grid throughput: gpt3-175b on dgx-a100-80gb, 4096 GPUs, global batch 1536, over the dense grid's
+  benchmark space (:func:`dense_space`: ``perfmodel.default_space`` with power-of-two micro-batches up to 16
+  and interleave 1-8, >= 5 million plans); compiled once, then best of 3, for the Numba
   kernel alone (``grid_plans_per_s``) and for ``perfmodel.evaluate_grid``, which also builds the
   xarray Dataset (``grid_dataset_plans_per_s``).
+* search pricing: ``searchspace.price_space`` (the search's sparse kernel: only structurally valid layouts)
+  over the same space (``search_same_space_s``, beside the dense kernel's time) and over the whole
+  ``perfmodel.default_space`` (every micro-batch dividing a local batch, every interleave depth dividing the
+  layers): plans in the space, plans priced, and priced plans per second (best of 3).
 * plain-Python reference: ~2000 random plans of the same space, evaluated one at a time by the
   same kernels with JIT disabled, in a subprocess.
 * search: ``perfmodel.search`` for the same case in a fresh process with an empty Numba cache, so
@@ -118,16 +123,43 @@ start = time.perf_counter()
 from trainscale import perfmodel
 grid, ranked = perfmodel.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), top=5)
 elapsed = time.perf_counter() - start
-print(json.dumps({"seconds": elapsed, "plans": int(grid["step_time_s"].size), "best": ranked[0] if ranked else None}))
+print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best": ranked[0] if ranked else None}))
 """
+
+
+def dense_space(model, system) -> dict:
+    """The dense grid's benchmark space: the default space with the power-of-two micro-batches (up to 16) and
+    interleave depths (1-8) it had before it took every valid one (11.3 million plans, dense: 3.3 GB)."""
+    space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
+    return dict(space, interleave=[1, 2, 3, 4, 6, 8],
+                micro_batch=[b for b in (1, 2, 4, 8, 16) if b <= GLOBAL_BATCH])
 
 
 def bench_sweep_spec() -> dict:
     """The grid benchmark's space (>= 5 million plans) as a chunked sweep."""
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
-    space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
+    space = dense_space(model, system)
     return {"model": MODEL, "systems": [SYSTEM], "gpus": [GPUS], "global_batch": GLOBAL_BATCH, "chunks": 4,
             "space": {k: list(v) for k, v in space.items()}}
+
+
+def search_pricing_section(model, system, calib, dense, dense_kernel_s: float) -> None:
+    """The search's sparse pricing over the dense benchmark space and over the whole default space."""
+    from trainscale import searchspace
+
+    for name, space in (("same_space", dense), ("default_space", perfmodel.default_space(model, system, GPUS,
+                                                                                           GLOBAL_BATCH))):
+        searchspace.price_space(model, system, calib, GPUS, GLOBAL_BATCH, space)  # compile / load the cache
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            prices = searchspace.price_space(model, system, calib, GPUS, GLOBAL_BATCH, space)
+            times.append(time.perf_counter() - t0)
+        bench(f"search_{name}_plans", prices.size, "plans")
+        bench(f"search_{name}_priced_plans", prices.reason.size, "plans")
+        bench(f"search_{name}_s", min(times), "s")
+        bench(f"search_{name}_priced_plans_per_s", prices.reason.size / min(times), "plans/s")
+    bench("search_same_space_dense_kernel_s", dense_kernel_s, "s")
 
 
 def sweep_section(failures: list) -> None:
@@ -171,7 +203,7 @@ def sweep_section(failures: list) -> None:
 def main() -> int:
     failures = []
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
-    space = perfmodel.default_space(model, system, GPUS, GLOBAL_BATCH)
+    space = dense_space(model, system)
     full = {name: list(space.get(name, [0] if name in ("shard_group", "zero3_per_tensor", "tp_comm_overlap") else [1]))
             for name in perfmodel.GRID_AXES}
     n_plans = perfmodel.grid_size(full)
@@ -199,6 +231,8 @@ def main() -> int:
     bench("grid_plans_per_s", n_plans / min(times), "plans/s")
     bench("grid_valid_plans_per_s", np.isfinite(results[:, K.O_STEP]).sum() / min(times), "plans/s")
     bench("grid_dataset_plans_per_s", n_plans / min(wrapper_times), "plans/s")
+
+    search_pricing_section(model, system, calib, space, min(times))
 
     # --- plain-Python reference on a random sample, compared with the jitted kernel's rows
     shape = tuple(len(a) for a in arrays)

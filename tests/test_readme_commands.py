@@ -114,6 +114,11 @@ def _check_search(out):
     assert re.search(r"^\s+1\s+\d+\s+\d+", out, re.M), "no plan ranked 1:\n" + out[:2000]
 
 
+def _check_search_space(out):
+    assert re.search(r"^micro_batch \(20\): 1 2 3 4 6 8 ", out, re.M), out
+    assert "space: 41,395,200 plans" in out, out
+
+
 def _check_search_fixed(out):
     got = json.loads(out)
     assert got["fixed"] == {"tp": 8, "pp": 12} and got["searched"] == ["interleave", "micro_batch", "recompute"]
@@ -214,6 +219,8 @@ COMMANDS = {
     "trainscale predict examples/runs.yaml --json": Run(_check_predict_json),
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 4096 --global-batch 1536":
         Run(_check_search),
+    "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 64 --global-batch 1536 --space":
+        Run(_check_search_space),
     "trainscale plan examples/cluster.yaml --model llama2-70b --global-batch 256": Run(_check_plan),
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 384 --global-batch 1536 --fix tp=8 "
     "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),

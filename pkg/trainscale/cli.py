@@ -272,61 +272,98 @@ def cmd_search(args) -> int:
         model = resolve_model({**{k: v for k, v in model.__dict__.items() if k != "name"}, "name": model.name,
                                "seq_len": args.seq_len}, where="--seq-len")
     system = resolve_system(_spec_arg(args.system, "system"), where="--system")
-    from .inputs import check_finite, plausibility_warnings
+    from .inputs import plausibility_warnings
 
     for warning in plausibility_warnings(system):
         _warn(f"--system: {warning}")
     fixed = _fixed_fields(args.fix)
     knobs = [k for part in (args.search or []) for k in part.split(",") if k]
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
-    grid, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
-                                    stack=args.stack, progress=_progress, compiled=args.compiled,
-                                    grad_reduce_fp32=args.grad_reduce_fp32, recompute_share=args.recompute_share,
-                                    rotary_kernel=args.rotary_kernel,
-                                    tp_async_backward=_on_off(args.tp_async_backward))
-    evaluated = int(grid["step_time_s"].size)
-    feasible = int(grid["fits"].values.sum())
-    best = []
-    for entry in _progress(ranked, len(ranked), "predict"):  # the same fields as predict, plus the plan
-        run = RunSpec(id=f"rank-{len(best) + 1}", model=model, system=system,
-                      plan=perfmodel.plan_from_grid_entry(entry["plan"], args.global_batch))
-        result = perfmodel.predict(run).as_dict()
-        check_finite(result, where=f"plan of rank {len(best) + 1}")
-        best.append({"plan": entry["plan"], **result})
+    if args.space:
+        print(_space_text(space))
+        return 0
+    summary, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
+                                       stack=args.stack, progress=_progress, compiled=args.compiled,
+                                       grad_reduce_fp32=args.grad_reduce_fp32,
+                                       recompute_share=args.recompute_share, rotary_kernel=args.rotary_kernel,
+                                       tp_async_backward=_on_off(args.tp_async_backward))
+    best = _predicted_rows(ranked, model, system, args.global_batch)
+    counts = {"plans_evaluated": summary.attrs["space_size"], "plans_priced": summary.attrs["plans_priced"],
+              "plans_feasible": summary.attrs["plans_feasible"]}
     if args.json:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
                     "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
                     "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
                     "tp_async_backward": _on_off(args.tp_async_backward),
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
-                    "searched": sorted(k for k, v in space.items() if len(v) > 1),
-                    "plans_evaluated": evaluated, "plans_feasible": feasible, "best": best,
-                    **({} if best else {"reason": _no_plan_reason(grid, args)})})
+                    "searched": sorted(k for k, v in space.items() if len(v) > 1), **counts, "best": best,
+                    **({} if best else {"reason": _no_plan_reason(summary, args)})})
         return 0
     print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch}")
-    print(f"plans evaluated: {evaluated}, feasible: {feasible}")
+    print(f"plans evaluated: {counts['plans_evaluated']}, feasible: {counts['plans_feasible']} "
+          f"(priced: {counts['plans_priced']}, the rest structurally invalid; --space lists the space)")
     if not best:
-        print(_no_plan_reason(grid, args))
+        print(_no_plan_reason(summary, args))
         return 0
+    print(_table(_best_table_rows(best)))
+    print("differs: from the best plan; same cost: settings priced alike, folded into the row "
+          "(step time and memory equal to 1e-12)")
+    return 0
+
+
+def _space_text(space: Mapping) -> str:
+    """The search space, one axis a line with its values, and its size."""
+    from .searchspace import space_size, space_values
+
+    values = space_values(space)
+    lines = [f"{name} ({len(vals)}): {' '.join(str(v) for v in vals)}" for name, vals in values.items()]
+    lines.append(f"space: {space_size(space):,} plans (the product of the axes' lengths)")
+    return "\n".join(lines)
+
+
+def _predicted_rows(ranked: Sequence[Mapping], model, system, global_batch: int) -> list[dict]:
+    """Each ranked plan with the same fields as ``predict``, what it folds and how it differs from the best."""
+    from . import perfmodel
+    from .inputs import check_finite
+    from .searchspace import plan_differences
+    from .specs import RunSpec
+
+    best = []
+    for entry in _progress(ranked, len(ranked), "predict"):
+        run = RunSpec(id=f"rank-{len(best) + 1}", model=model, system=system,
+                      plan=perfmodel.plan_from_grid_entry(entry["plan"], global_batch))
+        result = perfmodel.predict(run).as_dict()
+        check_finite(result, where=f"plan of rank {len(best) + 1}")
+        best.append({"plan": entry["plan"], **result, "folded": entry["folded"],
+                     "differs_from_best": plan_differences(entry["plan"], ranked[0]["plan"])})
+    return best
+
+
+def _best_table_rows(best: Sequence[Mapping]) -> list[dict]:
+    from .searchspace import differs_text, fold_text
+
     rows = []
     for rank, entry in enumerate(best, 1):
         row = {"rank": rank}
         row.update(entry["plan"])
         row.update({"step_s": entry["step_time_s"], "tokens/s": entry["tokens_per_s"],
-                    "MFU": entry["mfu"], "mem_GiB": entry["memory_gib_per_gpu"]})
+                    "MFU": entry["mfu"], "mem_GiB": entry["memory_gib_per_gpu"],
+                    "differs": differs_text(entry["plan"], best[0]["plan"]) or "-",
+                    "same cost": fold_text(entry) or "-"})
         rows.append(row)
-    print(_table(rows))
-    return 0
+    return rows
 
 
-def _no_plan_reason(grid, args) -> str:
+def _no_plan_reason(summary, args) -> str:
     """Why a search found nothing: no plan fits in memory, or every plan of the space is invalid, with
-    the reasons the grid gives (``reason``), most frequent first."""
-    if np.isfinite(grid["step_time_s"].values).any():
+    the reasons the space's plans give (``summary['plans']`` by reason), most frequent first."""
+    plans = summary["plans"]
+    if int(plans.sel(reason="does not fit in accelerator memory")) > 0:
         return "no plan fits in memory"
-    names = grid["reason"].attrs["reasons"]
-    counts = Counter(int(code) for code in grid["reason"].values.ravel())
-    why = "; ".join(f"{names[code]} ({n} of {grid['reason'].size} plans)" for code, n in counts.most_common())
+    total = int(plans.sum())
+    counts = sorted(((int(n), str(r)) for r, n in zip(plans["reason"].values, plans.values) if n > 0),
+                    key=lambda c: -c[0])
+    why = "; ".join(f"{name} ({n} of {total} plans)" for n, name in counts)
     return (f"no valid plan for {args.gpus} GPUs and a global batch of {args.global_batch}: {why} "
             f"(no plan was priced, so none was too big for memory)")
 
@@ -714,7 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")
-    p.add_argument("--top", type=_bounded_int(TOP_MAX), default=5, help=f"plans to show (default 5, at most {TOP_MAX})")
+    p.add_argument("--top", type=_bounded_int(TOP_MAX), default=5,
+                   help=f"distinct plans to show (default 5, at most {TOP_MAX}); plans priced alike that differ only "
+                        "in settings (recompute, ZeRO, shard group, ...) are folded into one row")
+    p.add_argument("--space", action="store_true", help="print the search space (every axis and its values) and "
+                   "its size, then stop")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
 

@@ -563,23 +563,41 @@ def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list
 
 
 # --------------------------------------------------------------------------- search
-def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch: int) -> dict:
-    """A broad plan space: every power-of-two (and node-size) degree, all options.
+def divisors(n: int) -> list[int]:
+    """Every positive divisor of ``n``, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
-    ``shard_group`` adds hybrid sharding (HSDP) for ZeRO >= 1: besides sharding over all of dp
-    (0), shard groups of one node (8 GPUs) up to 512 ranks in powers of two (below the GPU count).
-    A mixture-of-experts model adds the ``ep`` axis: every power of two dividing its experts.
+
+# interleave depths kept besides the divisors of the layers: uneven splits, which stacks that balance uneven
+# chunks (NeMo, DeepSpeed) can run; Megatron-LM's even split refuses them (R_UNEVEN_CHUNKS), never priced
+UNEVEN_INTERLEAVE = (3, 6)
+
+
+def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch: int) -> dict:
+    """A broad plan space: every power-of-two (and node-size) degree, every micro-batch and interleave depth
+    that can be valid, all options.
+
+    ``micro_batch``: every divisor of the global batch that divides some local batch (``global_batch / dp``
+    for a ``dp`` the tp, pp and cp degrees leave); ``interleave``: every divisor of the layers that leaves a
+    pipeline of at least two stages (and ``UNEVEN_INTERLEAVE``). ``shard_group`` adds hybrid sharding (HSDP)
+    for ZeRO >= 1: besides sharding over all of dp (0), shard groups of one node (8 GPUs) up to 512 ranks in
+    powers of two (below the GPU count). A mixture-of-experts model adds the ``ep`` axis: every power of two
+    dividing its experts. Most of its layouts are invalid; :func:`search` prices only the valid ones.
     """
     pow2 = [2**i for i in range(0, 14) if 2**i <= gpus]
     pp = sorted({p for p in pow2 + [3, 5, 6, 12, 24] if p <= model.layers and gpus % p == 0})
+    tp = [t for t in pow2 if t <= min(model.heads, 64)]
+    cp = [c for c in pow2 if c <= 16]
     shard = [0] + [g for g in pow2 if 8 <= g <= min(512, gpus // 2)]
     moe = {EP_AXIS: [e for e in pow2 if model.experts % e == 0]} if model.is_moe else {}
     return {**moe,
-        "tp": [t for t in pow2 if t <= min(model.heads, 64)],
+        "tp": tp,
         "pp": pp,
-        "cp": [c for c in pow2 if c <= 16],
-        "interleave": [1, 2, 3, 4, 6, 8],
-        "micro_batch": [b for b in pow2 if b <= min(global_batch, 16)],
+        "cp": cp,
+        "interleave": [v for v in sorted(set(divisors(model.layers)) | {1, *UNEVEN_INTERLEAVE})
+                       if v == 1 or 2 * v <= model.layers],
+        "micro_batch": local_batch_divisors(gpus, global_batch, tp, pp, cp),
         "recompute": list(RECOMPUTE_MODES),
         "sequence_parallel": [0, 1],
         "zero": [0, 1, 2, 3],
@@ -590,6 +608,15 @@ def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch:
     }
 
 
+def local_batch_divisors(gpus: int, global_batch: int, tp: Sequence[int], pp: Sequence[int],
+                         cp: Sequence[int]) -> list[int]:
+    """Every micro-batch that divides the local batch ``global_batch / dp`` of some split of ``gpus`` into
+    the given tp, pp and cp degrees (``dp = gpus / (tp pp cp)``), ascending."""
+    ways = {t * p * c for t in tp for p in pp for c in cp if gpus % (t * p * c) == 0}
+    local = {global_batch // (gpus // w) for w in ways if global_batch % (gpus // w) == 0}
+    return sorted({d for b in local for d in divisors(b)}) or [1]
+
+
 RERANK_CANDIDATES = 32
 
 
@@ -598,41 +625,63 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
            recompute_share: float | None = None, rotary_kernel: str = "",
            tp_async_backward: bool | None = None) -> tuple[xr.Dataset, list[dict]]:
-    """Best feasible plans (highest throughput first) with the evaluated grid.
+    """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
-    The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
-    are then re-priced by :func:`predict`, which simulates their pipelines, and re-ranked. Returns
-    ``(grid, ranked)`` where ``ranked`` holds the ``top`` best plans as dicts with their predicted
-    step time (simulated), the closed form's, throughput, MFU and memory. ``progress`` (optional)
-    wraps the re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal.
-    ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and
-    ``tp_async_backward`` are fixed plan fields of every plan searched (the share only on the selective ones).
+    The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
+    valid layouts (:func:`trainscale.searchspace.price_space`); the best ``max(top, rerank)`` plans in that
+    order (a tie at the cut taken whole) are re-priced by :func:`predict`, which simulates their pipelines,
+    re-ranked and folded (:func:`trainscale.searchspace.fold_equal_plans`: equal step time and memory, same
+    layout, differing only in settings such as recompute none / selective under flash attention); more plans
+    are re-priced until ``top`` distinct ones are found or the space runs out. Returns ``(summary, ranked)``:
+    ``summary`` (:func:`trainscale.searchspace.space_summary`) counts the space's plans by reason, ``ranked``
+    holds dicts with the plan, its predicted step time (simulated), the closed form's, throughput, MFU,
+    memory, and ``folded`` (the knob values of the plans folded into it). ``progress`` (optional) wraps the
+    re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal. ``stack``,
+    ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and ``tp_async_backward``
+    are fixed plan fields of every plan searched (the share only on the selective ones).
     """
+    from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, price_space, space_summary
+
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
-    grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack,
-                         compiled=compiled, grad_reduce_fp32=grad_reduce_fp32, recompute_share=recompute_share,
-                         rotary_kernel=rotary_kernel, tp_async_backward=tp_async_backward, **space)
-    candidates = rank(grid, max(top, rerank))
-    for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
-        entry["plan"]["stack"] = stack
-        entry["plan"]["compiled"] = bool(compiled)
-        entry["plan"]["grad_reduce_fp32"] = bool(grad_reduce_fp32)
-        if rotary_kernel:
-            entry["plan"]["rotary_kernel"] = rotary_kernel
-        if tp_async_backward is not None:
-            entry["plan"]["tp_async_backward"] = bool(tp_async_backward)
-        if recompute_share is not None and entry["plan"]["recompute"] == "selective":
-            entry["plan"]["recompute_share"] = float(recompute_share)
-        run = RunSpec(id="search", model=model, system=system,
-                      plan=plan_from_grid_entry(entry["plan"], global_batch))
-        p = predict(run, calibration)
-        entry["closed_form_step_time_s"] = entry["step_time_s"]
-        entry.update(step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
-                     power_W_per_gpu=p.power_W_per_gpu, energy_J_per_token=p.energy_J_per_token)
-    candidates.sort(key=lambda e: e["step_time_s"])
-    return grid, candidates[:top]
+    if recompute_share is not None:
+        recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
+    calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
+                               rotary_kernel, tp_async_backward)
+    prices = price_space(model, system, calib, gpus, global_batch, space)
+    fixed = {"stack": stack, "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
+             "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
+             "recompute_share": recompute_share}
+    stream = CandidateStream(distinct_plans(prices))
+    priced, rows = [], []
+    count = max(top, rerank)
+    while len(rows) < top and not stream.exhausted:
+        batch = stream.take(count)
+        for entry in (progress(batch, len(batch), "re-price") if progress else batch):
+            _reprice(entry, model, system, global_batch, calibration, fixed)
+        priced = sorted(priced + batch, key=lambda e: e["step_time_s"])
+        rows = fold_equal_plans(priced)
+        count = top - len(rows)
+    return space_summary(prices), rows[:top]
+
+
+def _reprice(entry: dict, model: ModelSpec, system: SystemSpec, global_batch: int, calibration, fixed: Mapping):
+    """Give a ranked entry its search-wide plan fields and re-price it with :func:`predict` (pipeline simulated)."""
+    plan = entry["plan"]
+    plan.update(stack=fixed["stack"], compiled=fixed["compiled"], grad_reduce_fp32=fixed["grad_reduce_fp32"])
+    if fixed["rotary_kernel"]:
+        plan["rotary_kernel"] = fixed["rotary_kernel"]
+    if fixed["tp_async_backward"] is not None:
+        plan["tp_async_backward"] = bool(fixed["tp_async_backward"])
+    if fixed["recompute_share"] is not None and plan["recompute"] == "selective":
+        plan["recompute_share"] = float(fixed["recompute_share"])
+    p = predict(RunSpec(id="search", model=model, system=system, plan=plan_from_grid_entry(plan, global_batch)),
+                calibration)
+    entry["closed_form_step_time_s"] = entry["step_time_s"]
+    entry.update(step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
+                 memory_gib_per_gpu=p.memory_gib_per_gpu, power_W_per_gpu=p.power_W_per_gpu,
+                 energy_J_per_token=p.energy_J_per_token)
 
 
 def canonical_plan(plan: Mapping) -> tuple:
@@ -708,5 +757,5 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
-           "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
+           "plan_from_grid_entry", "EP_AXIS", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
            "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES"]

@@ -12,8 +12,8 @@ count. :func:`evaluate_grid` is the dense grid (``ep = 1``, the last axis left o
 import numpy as np
 from numba import njit, prange
 
-from .layout import L_SIZE, O_REASON, O_SIZE, R_GPUS, R_OK
-from .plan import layer_costs, plan_costs
+from .layout import L_SIZE, O_MEM_BYTES, O_REASON, O_SIZE, O_STEP, R_GPUS, R_OK
+from .plan import layer_costs, plan_costs, plan_reason
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
@@ -109,3 +109,128 @@ def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_
     caller linked against the cached parfor), so no cached kernel calls a parallel one."""
     return evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
                             zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, np.ones(1, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------- layouts: the search's sparse grid
+# The search's space is the grid above with its five leading axes (tp, pp, cp, interleave, micro_batch: the
+# *layout*) kept only where the layout is structurally valid. Most layouts of a broad space are not (a
+# micro-batch that does not divide the local batch, a split that does not divide the GPUs), so they are never
+# visited; the plans of a valid layout are the Cartesian product of the knob axes (recompute, sequence_parallel,
+# zero, shard_group, overlap_grad_reduce, flash_attention, zero3_per_tensor, tp_comm_overlap, ep), priced by
+# the same ``grid_plan_costs``, in the same order as the dense grid.
+@njit(cache=True)
+def layout_reason(model, gpus, global_batch, tp, pp, cp, v, mb, even_split):
+    """``(reason, dp)`` of one layout as the dense grid gives it (``shard_group`` 0, ``ep`` 1): the first
+    structural reason (``R_GPUS`` when tp*pp*cp does not divide the GPUs), else ``R_OK``; dp 0 if invalid."""
+    ways = tp * pp * cp
+    dp = gpus // ways if gpus % ways == 0 else 0
+    reason = plan_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, 0, 1, even_split)
+    if dp == 0 and reason == R_OK:
+        reason = R_GPUS
+    return reason, (dp if reason == R_OK else 0)
+
+
+@njit(cache=True)
+def layout_reasons(model, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, even_split):
+    """``(reason[n], dp[n])`` of every layout of the product ``tp x pp x cp x interleave x micro_batch`` (C order)."""
+    n_pp, n_cp, n_v, n_mb = pp_v.shape[0], cp_v.shape[0], v_v.shape[0], mb_v.shape[0]
+    n = tp_v.shape[0] * n_pp * n_cp * n_v * n_mb
+    reasons = np.empty(n, dtype=np.int64)
+    dps = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        i_mb = i % n_mb
+        i_v = (i // n_mb) % n_v
+        i_cp = (i // (n_mb * n_v)) % n_cp
+        i_pp = (i // (n_mb * n_v * n_cp)) % n_pp
+        i_tp = i // (n_mb * n_v * n_cp * n_pp)
+        reasons[i], dps[i] = layout_reason(model, gpus, global_batch, tp_v[i_tp], pp_v[i_pp], cp_v[i_cp], v_v[i_v],
+                                           mb_v[i_mb], even_split)
+    return reasons, dps
+
+
+@njit(cache=True)
+def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_split, n_reasons):
+    """Plans of the invalid ``layouts[n, 5]`` by the reason the dense grid gives each, per combination of
+    the knobs other than ``shard_group`` and ``ep`` (the only knobs :func:`plan_reason` reads):
+    ``counts[n_reasons]``."""
+    counts = np.zeros(n_reasons, dtype=np.int64)
+    for n in range(layouts.shape[0]):
+        tp, pp, cp, v, mb = layouts[n, 0], layouts[n, 1], layouts[n, 2], layouts[n, 3], layouts[n, 4]
+        ways = tp * pp * cp
+        dp = gpus // ways if gpus % ways == 0 else 0
+        for i_shard in range(shard_v.shape[0]):
+            for i_ep in range(ep_v.shape[0]):
+                reason = plan_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch,
+                                     shard_v[i_shard], ep_v[i_ep], even_split)
+                counts[reason if reason != R_OK else R_GPUS] += 1
+    return counts
+
+
+@njit(parallel=True, cache=True)
+def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_v):
+    """Layer costs of every ``(tp, cp, micro_batch)`` row of ``keys`` and every knob they depend on:
+    ``table[((((k * n_rc + rc) * n_sp + sp) * n_fl + fl) * n_tpo + tpo) * n_ep + ep, L_SIZE]``."""
+    n_rc, n_sp, n_fl, n_tpo, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
+    per_key = n_rc * n_sp * n_fl * n_tpo * n_ep
+    table = np.empty((keys.shape[0] * per_key, L_SIZE))
+    for j in prange(table.shape[0]):
+        i_ep = j % n_ep
+        i_tpo = (j // n_ep) % n_tpo
+        i_fl = (j // (n_ep * n_tpo)) % n_fl
+        i_sp = (j // (n_ep * n_tpo * n_fl)) % n_sp
+        i_rc = (j // (n_ep * n_tpo * n_fl * n_sp)) % n_rc
+        k = j // per_key
+        layer_costs(model, system, calib, keys[k, 0], keys[k, 1], keys[k, 2], rc_v[i_rc], sp_v[i_sp] != 0,
+                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0)
+    return table
+
+
+@njit(cache=True)
+def _price_layout_block(model, system, calib, table_base, gpus, global_batch, layout, rc, sp_row, zero,
+                        shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, scratch, step_s, mem_bytes, reasons, first):
+    """Price one block of plans (one layout, recompute, sequence_parallel and zero; the remaining knob axes
+    in C order) into ``step_s``, ``mem_bytes`` and ``reasons`` from index ``first``."""
+    n_ovl, n_fl, n_ten, n_tpo, n_ep = ovl_v.shape[0], flash_v.shape[0], tensor_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
+    i = first
+    for i_shard in range(shard_v.shape[0]):
+        for i_ovl in range(n_ovl):
+            for i_fl in range(n_fl):
+                for i_ten in range(n_ten):
+                    for i_tpo in range(n_tpo):
+                        for i_ep in range(n_ep):
+                            lc = table_base[((sp_row * n_fl + i_fl) * n_tpo + i_tpo) * n_ep + i_ep]
+                            grid_plan_costs(model, system, calib, lc, gpus, global_batch, layout[0], layout[1],
+                                            layout[2], layout[3], layout[4], rc, zero, shard_v[i_shard],
+                                            ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, scratch, ep_v[i_ep])
+                            step_s[i] = scratch[O_STEP]
+                            mem_bytes[i] = scratch[O_MEM_BYTES]
+                            reasons[i] = int(scratch[O_REASON])
+                            i += 1
+
+
+@njit(parallel=True, cache=True)
+def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, table, rc_v, sp_v, zero_v,
+                     shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v):
+    """Price every plan of the valid ``layouts[n, 5]`` (tp, pp, cp, interleave, micro_batch) times the knob axes.
+
+    ``layout_key[n]`` is each layout's row of :func:`layer_cost_table`'s ``keys``. Returns ``(step_s, mem_bytes,
+    reason)``, each ``[n * n_knob_plans]`` in the dense grid's C order (layout first). One parallel iteration
+    prices one block (layout, recompute, sequence_parallel, zero) into its own slots, with its own scratch row:
+    no reductions, so results do not depend on the thread count."""
+    n_rc, n_sp, n_zero = rc_v.shape[0], sp_v.shape[0], zero_v.shape[0]
+    n_fl, n_tpo, n_ep = flash_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
+    block = shard_v.shape[0] * ovl_v.shape[0] * n_fl * tensor_v.shape[0] * n_tpo * n_ep
+    n_blocks = layouts.shape[0] * n_rc * n_sp * n_zero
+    step_s = np.empty(n_blocks * block)
+    mem_bytes = np.empty(n_blocks * block)
+    reasons = np.empty(n_blocks * block, dtype=np.int8)
+    for b in prange(n_blocks):
+        i_zero = b % n_zero
+        i_sp = (b // n_zero) % n_sp
+        i_rc = (b // (n_zero * n_sp)) % n_rc
+        n = b // (n_zero * n_sp * n_rc)
+        table_base = table[(layout_key[n] * n_rc + i_rc) * n_sp * n_fl * n_tpo * n_ep:]
+        _price_layout_block(model, system, calib, table_base, gpus, global_batch, layouts[n], rc_v[i_rc], i_sp,
+                            zero_v[i_zero], shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, np.empty(O_SIZE),
+                            step_s, mem_bytes, reasons, b * block)
+    return step_s, mem_bytes, reasons

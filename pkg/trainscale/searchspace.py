@@ -1,0 +1,245 @@
+"""The search's plan space: priced sparsely, ranked, and folded into distinct answers.
+
+A search space is the dense grid of :func:`trainscale.perfmodel.evaluate_grid` (one list of values per plan
+axis), but :func:`price_space` visits only its structurally valid *layouts* (tp, pp, cp, interleave,
+micro_batch: the grid's five leading axes) and prices every knob combination of those
+(:func:`trainscale.kernels.grid.evaluate_layouts`, the same per-plan kernel as the dense grid). A space with
+every micro-batch that divides the global batch and every interleave depth that divides the layers is mostly
+invalid layouts; they are counted by reason, never priced, and nothing is stored per plan but its step time,
+memory and reason (20 bytes instead of the dense grid's 288).
+
+:func:`fold_equal_plans` folds plans that are the same answer: equal predicted step time and memory (to
+``FOLD_REL_TOL``) on the same layout, differing only in ``FOLD_KNOBS`` (recompute none and selective under
+flash attention, ZeRO stages and shard groups that the model prices alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+import numpy as np
+import xarray as xr
+
+from .kernels import layout as K
+from .kernels.grid import evaluate_layouts, invalid_plan_counts, layer_cost_table, layout_reasons
+from .perfmodel import (BOOLEAN_AXES, EP_AXIS, GRID_AXES, GiB, _axis, canonical_plan, model_vector,
+                        system_vector)
+from .specs import SpecError
+
+LAYOUT_AXES = GRID_AXES[:5]  # tp, pp, cp, interleave, micro_batch: what decides whether a plan is valid
+FOLD_KNOBS = ("recompute", "sequence_parallel", "zero", "shard_group", "overlap_grad_reduce", "flash_attention",
+              "zero3_per_tensor", "tp_comm_overlap")
+FOLD_REL_TOL = 1e-12  # two plans fold only when step time and memory agree to this relative tolerance
+AXIS_DEFAULTS = {"recompute": ["full"], "zero": [0], "shard_group": [0], **{name: [0] for name in BOOLEAN_AXES}}
+
+
+def space_values(space: Mapping) -> dict:
+    """Every axis of a space (``GRID_AXES``, then ``ep`` if present) with its values, defaults filled in;
+    an unknown axis is refused naming the valid ones."""
+    unknown = set(space) - set(GRID_AXES) - {EP_AXIS}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise SpecError(name, space[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + (EP_AXIS,))}")
+    names = GRID_AXES + ((EP_AXIS,) if EP_AXIS in space else ())
+    return {name: list(space.get(name, AXIS_DEFAULTS.get(name, [1]))) for name in names}
+
+
+def space_size(space: Mapping) -> int:
+    """Plans in a space: the product of its axis lengths (defaults filled in)."""
+    return int(np.prod([len(v) for v in space_values(space).values()], dtype=np.int64))
+
+
+@dataclass
+class SpacePrices:
+    """A priced space: ``values`` (axis -> values), the valid ``layouts[n, 5]`` (values of ``LAYOUT_AXES``)
+    with their ``dp``, and per plan of those layouts (layout first, then the knob axes in C order)
+    ``step_s``, ``mem_bytes`` and ``reason``; ``plans_by_reason[r]`` counts the whole space's plans by reason."""
+
+    values: dict
+    layouts: np.ndarray
+    dp: np.ndarray
+    step_s: np.ndarray
+    mem_bytes: np.ndarray
+    reason: np.ndarray
+    plans_by_reason: np.ndarray
+
+    @property
+    def knob_axes(self) -> tuple:
+        return tuple(self.values)[len(LAYOUT_AXES):]
+
+    @property
+    def knob_shape(self) -> tuple:
+        return tuple(len(self.values[name]) for name in self.knob_axes)
+
+    @property
+    def size(self) -> int:
+        return int(self.plans_by_reason.sum())
+
+    @property
+    def feasible(self) -> np.ndarray:
+        return np.flatnonzero((self.reason == K.R_OK) & np.isfinite(self.step_s))
+
+    def plan(self, index: int) -> dict:
+        """The plan at flat index ``index`` of the priced plans, as :func:`trainscale.perfmodel.rank` gives it."""
+        n_knob = int(np.prod(self.knob_shape, dtype=np.int64))
+        layout, knob = divmod(int(index), n_knob)
+        plan = {name: self.values[name][self.layouts[layout, i]] for i, name in enumerate(LAYOUT_AXES)}
+        for name, i in zip(self.knob_axes, np.unravel_index(knob, self.knob_shape)):
+            plan[name] = self.values[name][int(i)]
+        plan = {name: (v.item() if hasattr(v, "item") else v) for name, v in plan.items()}
+        plan["dp"] = int(self.dp[layout])
+        for key in BOOLEAN_AXES:
+            plan[key] = bool(plan[key])
+        return plan
+
+
+def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping) -> SpacePrices:
+    """Price every structurally valid plan of ``space`` (resolved ``model``/``system``, calibration vector)."""
+    values = space_values(space)
+    arrays = {name: _axis(vals, name) for name, vals in values.items()}
+    mvec, svec = model_vector(model), system_vector(system)
+    even_split = bool(calib[K.C_EVEN_SPLIT] > 0.0)
+    reasons, dps = layout_reasons(mvec, int(gpus), int(global_batch), *(arrays[n] for n in LAYOUT_AXES), even_split)
+    knobs = [arrays[n] for n in tuple(values)[len(LAYOUT_AXES):]]
+    if EP_AXIS not in values:
+        knobs.append(np.ones(1, dtype=np.int64))
+    valid = reasons == K.R_OK
+    layouts = _layout_indices(values, valid)
+    layout_values = _layout_values(arrays, layouts)
+    step_s, mem_bytes, reason = _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs)
+    shard_v, ep_v = knobs[3], knobs[-1]
+    other_knobs = int(np.prod([k.shape[0] for k in knobs], dtype=np.int64)) // (shard_v.shape[0] * ep_v.shape[0])
+    counts = other_knobs * invalid_plan_counts(mvec, int(gpus), int(global_batch),
+                                               _layout_values(arrays, _layout_indices(values, ~valid)),
+                                               shard_v, ep_v, even_split, len(K.REASONS))
+    counts += np.bincount(reason, minlength=len(K.REASONS))
+    return SpacePrices(values, layouts, dps[valid], step_s, mem_bytes, reason, counts)
+
+
+def _layout_indices(values: Mapping, mask: np.ndarray) -> np.ndarray:
+    """Per-axis value indices ``[n, 5]`` of the layouts where ``mask`` (over the C-order layout product) holds."""
+    shape = tuple(len(values[n]) for n in LAYOUT_AXES)
+    return np.stack(np.unravel_index(np.flatnonzero(mask), shape), axis=1).astype(np.int64).reshape(-1, 5)
+
+
+def _layout_values(arrays: Mapping, layouts: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.stack([arrays[n][layouts[:, i]] for i, n in enumerate(LAYOUT_AXES)], axis=1),
+                                dtype=np.int64)
+
+
+def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs):
+    """The kernels' calls: layer costs once per distinct (tp, cp, micro_batch), then every plan."""
+    rc_v, sp_v, zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v = knobs
+    keys, layout_key = np.unique(layout_values[:, [0, 2, 4]], axis=0, return_inverse=True)
+    table = layer_cost_table(mvec, svec, calib, np.ascontiguousarray(keys, dtype=np.int64), rc_v, sp_v, flash_v,
+                             tpo_v, ep_v)
+    return evaluate_layouts(mvec, svec, calib, int(gpus), int(global_batch),
+                            np.ascontiguousarray(layout_values, dtype=np.int64),
+                            np.ascontiguousarray(layout_key.ravel(), dtype=np.int64), table, rc_v, sp_v, zero_v,
+                            shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v)
+
+
+def distinct_plans(prices: SpacePrices) -> Iterator[dict]:
+    """Feasible plans fastest first by the closed form (ties in the dense grid's order), each spelling of a plan
+    (:func:`trainscale.perfmodel.canonical_plan`) once, as :func:`trainscale.perfmodel.rank`'s entries."""
+    flat = prices.feasible
+    order = flat[np.argsort(prices.step_s[flat], kind="stable")]
+    seen = set()
+    for index in order:
+        plan = prices.plan(index)
+        key = canonical_plan(plan)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield {"plan": plan, "step_time_s": float(prices.step_s[index]),
+               "memory_gib_per_gpu": float(prices.mem_bytes[index] / GiB)}
+
+
+class CandidateStream:
+    """Plans of :func:`distinct_plans` taken in batches that never cut a fold in two: a batch ends only
+    where the next plan's closed-form step time or memory differs from the last one's (:func:`same_cost`)."""
+
+    def __init__(self, plans: Iterator[dict]):
+        self._plans = plans
+        self._next = next(plans, None)
+
+    @property
+    def exhausted(self) -> bool:
+        return self._next is None
+
+    def take(self, count: int) -> list[dict]:
+        taken = []
+        while self._next is not None and (len(taken) < count or same_cost(self._next, taken[-1])):
+            taken.append(self._next)
+            self._next = next(self._plans, None)
+        return taken
+
+
+def same_cost(a: Mapping | None, b: Mapping | None, rel_tol: float = FOLD_REL_TOL) -> bool:
+    """Equal step time and memory to ``rel_tol``."""
+    if a is None or b is None:
+        return False
+    return all(abs(a[k] - b[k]) <= rel_tol * max(abs(a[k]), abs(b[k]))
+               for k in ("step_time_s", "memory_gib_per_gpu"))
+
+
+def plan_differences(plan: Mapping, other: Mapping) -> dict:
+    """The plan axes (and dp) where ``plan`` differs from ``other``: name -> ``plan``'s value."""
+    names = GRID_AXES + (EP_AXIS, "dp")
+    return {k: plan.get(k) for k in names if plan.get(k) != other.get(k)}
+
+
+def fold_equal_plans(entries: list[dict], rel_tol: float = FOLD_REL_TOL) -> list[dict]:
+    """Fold entries (sorted fastest first) that are one answer: same cost (:func:`same_cost`) and differing
+    only in ``FOLD_KNOBS``. Each row is the first entry of its fold with ``folded``: the other entries' values
+    of the knobs in which they differ from it (a list of dicts, in order)."""
+    rows = []
+    for entry in entries:
+        for row in rows:
+            differs = plan_differences(entry["plan"], row["plan"])
+            if same_cost(entry, row, rel_tol) and set(differs) <= set(FOLD_KNOBS):
+                row["folded"].append(differs)
+                break
+        else:
+            rows.append({**entry, "folded": []})
+    return rows
+
+
+def fold_text(row: Mapping) -> str:
+    """What a fold says, knob by knob: ``recompute none = selective; zero 1 = 2`` ('' for none)."""
+    parts = []
+    for knob in FOLD_KNOBS:
+        alternatives = [f[knob] for f in row["folded"] if knob in f]
+        if alternatives:
+            shown = [row["plan"][knob]] + [v for i, v in enumerate(alternatives) if v not in alternatives[:i]]
+            parts.append(f"{knob} " + " = ".join(_short(v) for v in shown))
+    return "; ".join(parts)
+
+
+def differs_text(plan: Mapping, best: Mapping) -> str:
+    """How a plan differs from the best one: ``interleave 6, micro_batch 4`` ('' for the best itself)."""
+    return ", ".join(f"{k} {_short(v)}" for k, v in plan_differences(plan, best).items())
+
+
+def _short(value) -> str:
+    return {True: "yes", False: "no"}.get(value, str(value)) if isinstance(value, bool) else str(value)
+
+
+def space_summary(prices: SpacePrices) -> xr.Dataset:
+    """The searched space in numbers: plans by reason (``R_OK`` = feasible; ``does not fit`` counted after
+    pricing), with the space's axes and the counts as attributes."""
+    plans = xr.DataArray(prices.plans_by_reason.astype(np.int64), dims=("reason",),
+                         coords={"reason": list(K.REASONS)},
+                         attrs={"units": "plans", "long_name": "plans of the space by why they are masked "
+                                "('ok': feasible)"})
+    priced = int(prices.reason.size)
+    return xr.Dataset({"plans": plans}, attrs={
+        "space_size": prices.size, "plans_priced": priced, "plans_feasible": int(prices.feasible.size),
+        "space": {name: [_short(v) if isinstance(v, bool) else v for v in vals]
+                  for name, vals in prices.values.items()}})
+
+
+__all__ = ["LAYOUT_AXES", "FOLD_KNOBS", "FOLD_REL_TOL", "SpacePrices", "price_space", "space_values", "space_size",
+           "distinct_plans", "CandidateStream", "same_cost", "fold_equal_plans", "fold_text", "differs_text",
+           "plan_differences", "space_summary"]

@@ -21,7 +21,7 @@ from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.collectives import allgather_time as _allgather_time
 from .kernels.collectives import allreduce_time as _allreduce_time
 from .kernels.collectives import alltoall_time as _alltoall_time
-from .kernels.plan import chunk_layers, layer_costs, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw
+from .kernels.plan import layer_costs, split_chunk_layers, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -204,6 +204,18 @@ def plan_fields(plan: PlanSpec) -> tuple:
             plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor, plan.ep, plan.tp_comm_overlap)
 
 
+def plan_split(plan: PlanSpec) -> tuple[int, int, int]:
+    """The pipeline split as the kernels take it: ``(first, last, ends)``
+    (:func:`~trainscale.kernels.plan.split_chunk_layers`; all 0: the stack's default)."""
+    return plan.first_stage_layers, plan.last_stage_layers, plan.split_ends
+
+
+def chunk_layer_counts(model: ModelSpec, plan: PlanSpec) -> np.ndarray:
+    """Transformer layers of every model chunk the plan prices, ``[interleave, pp]`` (chunk c of
+    device d is virtual stage c*pp + d): the plan's split, or its stack's default."""
+    return split_chunk_layers(model.layers, plan.pp, plan.interleave, *plan_split(plan))
+
+
 # --------------------------------------------------------------------------- one run
 @dataclass
 class Prediction:
@@ -232,6 +244,10 @@ class Prediction:
     breakdown: dict = field(default_factory=dict)
     memory_breakdown_gib: dict = field(default_factory=dict)
     comm_total_s: dict = field(default_factory=dict)
+    stage_layers: list = field(default_factory=list)
+    """Transformer layers priced on each pipeline device, one list of its chunks' layers per device
+    (``[[6], [8], [8], [8]]``; interleaved ``[[3, 4], [4, 4], ...]``); ``as_dict`` shows it where the
+    chunks are not all equal."""
 
     def as_dict(self) -> dict:
         out = {
@@ -253,6 +269,8 @@ class Prediction:
         out["breakdown"] = dict(self.breakdown)
         out["memory_breakdown_gib"] = dict(self.memory_breakdown_gib)
         out["comm_total_s"] = dict(self.comm_total_s)
+        if len({n for device in self.stage_layers for n in device}) > 1:
+            out["stage_layers"] = [list(device) for device in self.stage_layers]
         return out
 
 
@@ -264,7 +282,7 @@ def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.
     layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
     out = np.empty(K.O_SIZE)
     plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
-               per_tensor, out, ep)
+               per_tensor, out, ep, *plan_split(plan))
     return out
 
 
@@ -284,7 +302,7 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     from . import pipeline
 
     pp, v, micro = plan.pp, plan.interleave, plan.micro_batches
-    layers = chunk_layers(model.layers, pp, v).ravel().astype(float)  # virtual stage c*pp + d
+    layers = chunk_layer_counts(model, plan).ravel().astype(float)  # virtual stage c*pp + d
     fwd = layers * out[K.O_LAYER_FWD]
     bwd = layers * out[K.O_LAYER_BWD]
     fwd[0] += out[K.O_ENDS]
@@ -318,7 +336,7 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
 
 
 def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSpec, gpus: int,
-                global_batch: int) -> Prediction:
+                global_batch: int, chunks: np.ndarray | None = None) -> Prediction:
     step = float(out[K.O_STEP])
     tokens = global_batch * model.seq_len
     reason_code = int(out[K.O_REASON])
@@ -346,6 +364,7 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
                                                                                  K.MEMORY_SLOTS)},
         comm_total_s={"tp_comm": float(out[K.O_TP_COMM_TOTAL]), "cp_comm": float(out[K.O_CP_COMM_TOTAL]),
                       "dp_comm": float(out[K.O_DP_COMM_TOTAL])},
+        stage_layers=[] if chunks is None else [[int(n) for n in chunks[:, d]] for d in range(chunks.shape[1])],
     )
 
 
@@ -365,7 +384,8 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     if structural and not (np.isfinite(out[K.O_STEP]) and out[K.O_STEP] > 0 and np.isfinite(out[K.O_MEM_BYTES])):
         raise SpecError("run", run.id, "the prediction is not a finite positive step time; a model, system or "
                         "plan value is out of scale")
-    return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch)
+    return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch,
+                       chunk_layer_counts(run.model, run.plan))
 
 
 # --------------------------------------------------------------------------- model API for studies
@@ -443,7 +463,7 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
                     + 2 * model.ffn_matrices * tokens * h * model.ffn_hidden)
     attention_flops = 4 * mb * s * s * h
     wgrad_layer = 0.5 * lc[K.L_BWD_GEMM] * weight_flops / (weight_flops + attention_flops)
-    layers = chunk_layers(model.layers, pp, v).ravel().astype(float)
+    layers = chunk_layer_counts(model, plan).ravel().astype(float)
     fwd = layers * out[K.O_LAYER_FWD]
     bwd = layers * (out[K.O_LAYER_BWD] - wgrad_layer)
     wgrad = layers * wgrad_layer

@@ -17,13 +17,15 @@ from .plan import layer_costs, plan_costs
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
-                    per_tensor, out, ep=1):
+                    per_tensor, out, ep=1, ends=0):
     """One grid entry: ``dp`` follows from the GPU count; returns it (0 when tp*pp*cp does not
-    divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``)."""
+    divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``). ``ends``:
+    the embedding / loss counted in the pipeline split (:func:`~trainscale.kernels.plan.split_reason`;
+    a plan with pp 1 takes 0)."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
     plan_costs(model, system, calib, lc, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, rc, zero,
-               shard, overlap, per_tensor, out, ep)
+               shard, overlap, per_tensor, out, ep, 0, 0, ends if pp > 1 else 0)
     if dp == 0:
         reason = out[O_REASON]
         out[:] = np.nan
@@ -33,8 +35,9 @@ def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v,
 
 @njit(parallel=True, cache=True)
 def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v):
-    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, ``ep`` last."""
+                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends=0):
+    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, ``ep`` last;
+    ``ends`` (one per call) the pipeline split of every plan with pp > 1."""
     n_tp, n_cp, n_mb = tp_v.shape[0], cp_v.shape[0], mb_v.shape[0]
     n_rc, n_sp, n_fl, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], ep_v.shape[0]
     n_tpo = tpo_v.shape[0]
@@ -96,7 +99,7 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
              + i_tpo) * n_ep + i_ep
         dps[i] = grid_plan_costs(model, system, calib, table[j], gpus, global_batch, tp_v[i_tp], pp_v[i_pp],
                                  cp_v[i_cp], v_v[i_v], mb_v[i_mb], rc_v[i_rc], zero_v[i_zero], shard_v[i_shard],
-                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep])
+                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep], ends)
     return results, dps
 
 

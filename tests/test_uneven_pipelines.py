@@ -38,7 +38,7 @@ def test_megatron_refuses_30_layers_on_4x2_and_names_the_split_it_would_build():
     assert "embedding_in_split: true, loss_in_split: true" in str(err.value)
     assert suggest_split(30, 4, 2) == "embedding_in_split: true, loss_in_split: true"
     assert suggest_split(126, 8, 8) == "embedding_in_split: true, loss_in_split: true"
-    assert suggest_split(30, 4, 3) == ""  # 12 chunks: no split Megatron-Core builds
+    assert suggest_split(30, 4, 3) == "first_stage_layers: 3, last_stage_layers: 3"  # 3, 12, 12, 3
 
 
 @pytest.mark.parametrize("split, field, words", [
@@ -197,3 +197,26 @@ def test_an_even_split_given_explicitly_prices_to_the_bit_as_the_default():
     a, b = perfmodel.predict(run), perfmodel.predict(RunSpec(id=run.id, model=run.model, system=run.system,
                                                              plan=explicit))
     assert a.as_dict() == b.as_dict()
+
+
+# --------------------------------------------------------------------------- the search knob
+def test_search_with_the_ends_in_the_split_finds_interleaved_plans_of_126_layers():
+    """Llama 3.1 405B (126 layers) on 512 H100: with the embedding and loss in the split, pp 8 x v 8
+    plans exist for the Megatron stack; without it, they are masked (pp*v must divide 126)."""
+    space = {"tp": [8], "pp": [8], "cp": [2], "interleave": [1, 8], "micro_batch": [1],
+             "recompute": ["none"], "sequence_parallel": [1], "zero": [1], "flash_attention": [1]}
+    plain = perfmodel.evaluate_grid("llama3-405b", "dgx-h100", 512, 256, **space)
+    split = perfmodel.evaluate_grid("llama3-405b", "dgx-h100", 512, 256, split_ends=3, **space)
+    assert int(plain["reason"].sel(interleave=8).item()) == K.R_UNEVEN_CHUNKS
+    assert bool(split["fits"].sel(interleave=8).item()) and split.attrs["split_ends"] == 3
+    # pp 8 x v 1 with the ends: (126 + 2) / 8 = 16 per device, 15 on the ends
+    assert int(split["reason"].sel(interleave=1).item()) == K.R_OK
+    _, ranked = perfmodel.search("llama3-405b", "dgx-h100", 512, 256, space=space, split_ends=3, top=2)
+    best = ranked[0]["plan"]
+    assert best["interleave"] == 8 and best["embedding_in_split"] and best["loss_in_split"]
+    run = RunSpec(id="best", model=perfmodel.resolve_model("llama3-405b"), system=perfmodel.resolve_system("dgx-h100"),
+                  plan=perfmodel.plan_from_grid_entry(best, 256))
+    run.plan.check_against(run.model)
+    assert perfmodel.predict(run).stage_layers[0] == [1] + [2] * 7
+    with pytest.raises(SpecError, match="split_ends"):
+        perfmodel.evaluate_grid("llama3-405b", "dgx-h100", 512, 256, split_ends=4, **space)

@@ -507,7 +507,7 @@ def _axis(values, name: str) -> np.ndarray:
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
                   stack: str = DEFAULT_STACK, compiled: bool = False, grad_reduce_fp32: bool = False,
                   recompute_share: float | None = None, rotary_kernel: str = "",
-                  tp_async_backward: bool | None = None, **axes: Iterable) -> xr.Dataset:
+                  tp_async_backward: bool | None = None, split_ends: int = 0, **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
@@ -516,8 +516,13 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``,
     ``rotary_kernel`` and ``tp_async_backward`` (one per grid; the share acts on the selective plans) are
     those fields of every plan
-    (:class:`~trainscale.specs.PlanSpec`).
+    (:class:`~trainscale.specs.PlanSpec`). ``split_ends`` counts the embedding (1), the loss (2) or
+    both (3) as layers of every pipelined plan's split (``embedding_in_split`` / ``loss_in_split``,
+    Megatron-Core's ``--account-for-*-in-pipeline-split``); a plan whose layers do not split so is
+    masked (``R_UNEVEN_CHUNKS``).
     """
+    if split_ends not in (0, 1, 2, 3):
+        raise SpecError("split_ends", split_ends, "expected 0 (none), 1 (embedding), 2 (loss) or 3 (both)")
     model = resolve_model(model)
     system = resolve_system(system)
     unknown = set(axes) - set(GRID_AXES) - {EP_AXIS}
@@ -534,12 +539,14 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
                                rotary_kernel, tp_async_backward)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
-                                *arrays, ep)
+                                *arrays, ep, int(split_ends))
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
     ds.attrs["stack"] = stack
     ds.attrs["compiled"] = int(compiled)
     ds.attrs["grad_reduce_fp32"] = int(grad_reduce_fp32)
     ds.attrs["recompute_share"] = "stack default" if recompute_share is None else float(recompute_share)
+    if split_ends:
+        ds.attrs["split_ends"] = int(split_ends)
     return ds
 
 
@@ -617,7 +624,7 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
            recompute_share: float | None = None, rotary_kernel: str = "",
-           tp_async_backward: bool | None = None) -> tuple[xr.Dataset, list[dict]]:
+           tp_async_backward: bool | None = None, split_ends: int = 0) -> tuple[xr.Dataset, list[dict]]:
     """Best feasible plans (highest throughput first) with the evaluated grid.
 
     The grid kernel ranks every plan with the pipeline closed form; the best ``max(top, rerank)``
@@ -626,14 +633,16 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     step time (simulated), the closed form's, throughput, MFU and memory. ``progress`` (optional)
     wraps the re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal.
     ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and
-    ``tp_async_backward`` are fixed plan fields of every plan searched (the share only on the selective ones).
+    ``tp_async_backward`` are fixed plan fields of every plan searched (the share only on the selective ones);
+    ``split_ends`` (:func:`evaluate_grid`) the pipeline split of every pipelined one.
     """
     model = resolve_model(model)
     system = resolve_system(system)
     space = dict(space or default_space(model, system, gpus, global_batch))
     grid = evaluate_grid(model, system, gpus, global_batch, calibration=calibration, stack=stack,
                          compiled=compiled, grad_reduce_fp32=grad_reduce_fp32, recompute_share=recompute_share,
-                         rotary_kernel=rotary_kernel, tp_async_backward=tp_async_backward, **space)
+                         rotary_kernel=rotary_kernel, tp_async_backward=tp_async_backward,
+                         split_ends=split_ends, **space)
     candidates = rank(grid, max(top, rerank))
     for entry in (progress(candidates, len(candidates), "re-price") if progress else candidates):
         entry["plan"]["stack"] = stack
@@ -645,6 +654,9 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
             entry["plan"]["tp_async_backward"] = bool(tp_async_backward)
         if recompute_share is not None and entry["plan"]["recompute"] == "selective":
             entry["plan"]["recompute_share"] = float(recompute_share)
+        if split_ends and entry["plan"]["pp"] > 1:
+            entry["plan"]["embedding_in_split"] = bool(split_ends & 1)
+            entry["plan"]["loss_in_split"] = bool(split_ends & 2)
         run = RunSpec(id="search", model=model, system=system,
                       plan=plan_from_grid_entry(entry["plan"], global_batch))
         p = predict(run, calibration)
@@ -723,10 +735,15 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)),
                     grad_reduce_fp32=bool(p.get("grad_reduce_fp32", False)),
                     recompute_share=p.get("recompute_share"), rotary_kernel=p.get("rotary_kernel", ""),
-                    tp_async_backward=p.get("tp_async_backward"))
+                    tp_async_backward=p.get("tp_async_backward"),
+                    first_stage_layers=int(p.get("first_stage_layers", 0)),
+                    last_stage_layers=int(p.get("last_stage_layers", 0)),
+                    embedding_in_split=bool(p.get("embedding_in_split", False)),
+                    loss_in_split=bool(p.get("loss_in_split", False)))
 
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry", "EP_AXIS", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
-           "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES"]
+           "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES", "plan_split",
+           "chunk_layer_counts"]

@@ -636,13 +636,17 @@ def cmd_gallery(args) -> int:
             return 0
         readme = Path(args.write)
         _require_file(str(readme), "--write")
-        text = verify.update_readme(readme.read_text(encoding="utf-8"), args.figures, args.config)
+        before = readme.read_text(encoding="utf-8")
+        text = verify.update_readme(before, args.figures, args.config)
     except (FileNotFoundError, ValueError) as err:
         raise CLIError(f"gallery: {err}") from None
+    if text == before:
+        print(f"{readme}: the gallery and the comparison table are current (nothing written)")
+        return 0
     tmp = readme.with_name(f".{readme.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, readme)
-    print(f"updated the comparison table in {readme}")
+    print(f"updated the gallery and the comparison table in {readme}")
     return 0
 
 

@@ -40,6 +40,12 @@ def calibration() -> dict:
     return _yaml("calibration.yaml")
 
 
+def stack_defaults() -> dict:
+    """Per software stack: the plan knobs a plan may leave out, each ``{value, source}``
+    (``data/stack_defaults.yaml``; checked by :func:`trainscale.specs.stack_defaults`)."""
+    return _yaml("stack_defaults.yaml")["stacks"]
+
+
 def fitted_calibration() -> dict:
     """Values written by ``trainscale calibrate`` (empty before the first fit)."""
     if not data_path("calibration_fitted.yaml").exists():

@@ -18,6 +18,11 @@ from . import catalog
 RECOMPUTE_MODES = ("none", "selective", "full")
 STACKS = ("megatron", "deepspeed", "fsdp", "nemo")
 DEFAULT_STACK = "megatron"
+# Plan knobs whose default is the stack's own (data/stack_defaults.yaml): None at construction means
+# "not given", resolved by PlanSpec.__post_init__; sequence_parallel before tp_comm_overlap, which needs it.
+STACK_DEFAULT_FIELDS = ("recompute", "flash_attention", "zero", "sequence_parallel", "overlap_grad_reduce",
+                        "tp_comm_overlap")
+TP_RULE = "tp>1"  # a stack default that is on exactly where the plan has tensor parallelism
 FFN_TYPES = ("gelu", "swiglu")
 # how a model encodes token positions: a learned table added to the input (GPT), rotary embeddings
 # applied to queries and keys in every layer (Llama, Su et al. 2021), or ALiBi biases on the scores (BLOOM)
@@ -109,6 +114,11 @@ def _optional_bool(d: Mapping, key: str, where: str | None) -> bool | None:
     if d.get(key) is None:
         return None
     return _bool(d, key, where, False)
+
+
+def _given(d: Mapping, key: str, parse):
+    """``parse()`` where the field is given, None where it is absent or null (its default applies)."""
+    return None if d.get(key) is None else parse()
 
 
 def _optional_choice(d: Mapping, key: str, where: str | None, choices) -> str:
@@ -433,18 +443,82 @@ def resolve_system(value: str | Mapping | SystemSpec, where: str | None = None) 
 
 
 # --------------------------------------------------------------------------- plan
+def _stack_default_valid(name: str, value: Any) -> bool:
+    if name == "recompute":
+        return value in RECOMPUTE_MODES
+    if name == "zero":
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
+    return isinstance(value, bool) or (value == TP_RULE and name != "flash_attention")
+
+
+_STACK_DEFAULTS: dict | None = None
+
+
+def stack_defaults() -> dict[str, dict[str, Any]]:
+    """Per stack, the value each of :data:`STACK_DEFAULT_FIELDS` takes where a plan does not give it
+    (``data/stack_defaults.yaml``, each with its source), checked once: every stack of :data:`STACKS`,
+    every field, each value valid for its field (``"tp>1"``: on where the plan has tensor parallelism)."""
+    global _STACK_DEFAULTS
+    if _STACK_DEFAULTS is None:
+        data = catalog.stack_defaults()
+        where = "data/stack_defaults.yaml"
+        table = {}
+        for stack in STACKS:
+            entry = data.get(stack)
+            if not isinstance(entry, Mapping):
+                raise SpecError(f"stacks.{stack}", entry, "expected a mapping of the plan defaults", where)
+            _reject_unknown(entry, STACK_DEFAULT_FIELDS, where, f"{stack} default")
+            table[stack] = {}
+            for name in STACK_DEFAULT_FIELDS:
+                item = entry.get(name)
+                if not isinstance(item, Mapping) or not str(item.get("source") or "").strip() \
+                        or not _stack_default_valid(name, item.get("value")):
+                    raise SpecError(f"stacks.{stack}.{name}", item, "expected {value, source} with a non-empty "
+                                    f"source and a value valid for {name}", where)
+                table[stack][name] = item["value"]
+        _STACK_DEFAULTS = table
+    return _STACK_DEFAULTS
+
+
+def stack_defaults_text(indent: str = "") -> str:
+    """The stack defaults as a plain table, one line per field, a column per stack (for the PlanSpec
+    docstring and ``trainscale predict --help``)."""
+    table = stack_defaults()
+    cells = [["field", *STACKS]] + [[name, *(_default_word(table[s][name]) for s in STACKS)]
+                                    for name in STACK_DEFAULT_FIELDS]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _default_word(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "on if tp>1" if value == TP_RULE else str(value)
+
+
 @dataclass(frozen=True)
 class PlanSpec:
     """How the model is spread: tp x cp x dp x pp GPUs (Megatron rank order: tp innermost, then
     cp, dp, pp), micro-batching and memory-saving options.
 
+    Units: ``global_batch`` and ``micro_batch`` are sequences (of the model's ``seq_len`` tokens);
+    ``global_batch`` is the whole step over all data-parallel ranks, ``micro_batch`` what one rank
+    runs in one forward/backward pass. ``tp``, ``pp``, ``dp``, ``cp``, ``ep`` are GPUs (degrees),
+    ``interleave`` model chunks per pipeline device, ``shard_group`` data-parallel ranks,
+    ``first_stage_layers`` / ``last_stage_layers`` transformer layers, ``recompute_share`` a fraction.
+
+    Defaults: ``recompute``, ``flash_attention``, ``zero``, ``sequence_parallel``,
+    ``overlap_grad_reduce`` and ``tp_comm_overlap`` left out (None) take the ``stack``'s own default,
+    what that software does when its flag is not given (``data/stack_defaults.yaml``, each with the file
+    and commit that defines it; the table at the end). A measured run gives all of them.
+
     ``zero`` is the ZeRO stage (3 = FSDP). ``shard_group`` is the number of data-parallel ranks
     that share one copy of the sharded state: dp (the default) shards over all of them; fewer is
     hybrid sharding (HSDP: shard inside the group, replicate across groups).
     ``overlap_grad_reduce`` hides the data-parallel gradient reduction behind the last
-    micro-batch's backward pass (off by default, as in Megatron-LM).
+    micro-batch's backward pass (default: the stack's).
     ``flash_attention`` fuses the attention core so that no s x s score matrix reaches HBM
-    (off by default: the published Megatron runs predate it).
+    (default: the stack's; the published Megatron runs of 2021-22 predate it and say so).
     ``zero3_per_tensor`` makes ZeRO-3 fetch each weight matrix separately, prefetching one matrix
     ahead, as DeepSpeed's ZeRO-3 of 2021 (v0.3-0.5) did in the published comparison (Narayanan et
     al. 2021); off means one flat all-gather per layer, the next layer prefetched, as PyTorch FSDP
@@ -455,10 +529,11 @@ class PlanSpec:
     own, as in Megatron-LM and DeepSpeed-MoE). 1 (the default) for dense models.
     ``tp_comm_overlap`` overlaps the sequence-parallel all-gathers and reduce-scatters with the
     neighbouring GEMMs, as Megatron-Core's ``--tp-comm-overlap`` does (needs sequence parallelism;
-    off by default, as in Megatron-LM).
+    default: the stack's, off wherever sequence parallelism is off).
     ``stack`` is the software that runs the plan (``megatron``, the default; ``deepspeed``,
     ``fsdp``, ``nemo``): it selects the stack's calibrated host overhead and ZeRO-3 fetch cost and
-    its documented behaviour (gradient precision), see ``data/calibration.yaml``.
+    its documented behaviour (gradient precision), see ``data/calibration.yaml``, and the defaults of
+    the knobs above (``data/stack_defaults.yaml``).
     ``compiled`` says the model was compiled (``torch.compile``), which fuses the element-wise
     chains an eager stack runs as separate kernels: the stack's ``elementwise_traffic`` factor
     becomes 1, that of Megatron's and Transformer Engine's hand-fused kernels (off by default; it
@@ -494,15 +569,15 @@ class PlanSpec:
     interleave: int = 1
     micro_batch: int = 1
     global_batch: int = 1
-    recompute: str = "full"
-    sequence_parallel: bool = False
-    zero: int = 0
+    recompute: str | None = None  # None: the stack's (STACK_DEFAULT_FIELDS, resolved in __post_init__)
+    sequence_parallel: bool | None = None  # None: the stack's
+    zero: int | None = None  # None: the stack's
     shard_group: int = 0  # 0 means dp
-    overlap_grad_reduce: bool = False
-    flash_attention: bool = False
+    overlap_grad_reduce: bool | None = None  # None: the stack's
+    flash_attention: bool | None = None  # None: the stack's
     zero3_per_tensor: bool = False
     ep: int = 1
-    tp_comm_overlap: bool = False
+    tp_comm_overlap: bool | None = None  # None: the stack's (off where sequence parallelism is off)
     stack: str = DEFAULT_STACK
     compiled: bool = False
     grad_reduce_fp32: bool = False
@@ -522,6 +597,25 @@ class PlanSpec:
     loss_in_split: bool = False
     """The output layer and loss count as one layer, ``--account-for-loss-in-pipeline-split``: the
     last chunk of the last device builds one layer fewer."""
+
+    def __post_init__(self):
+        """Give each of :data:`STACK_DEFAULT_FIELDS` left None its stack's default (:func:`stack_defaults`).
+
+        Here rather than in :meth:`from_dict` so that a plan built in Python and one read from YAML
+        get the same defaults from one place, and no PlanSpec ever holds None for these fields.
+        ``dataclasses.replace(plan, stack=...)`` keeps the values already resolved (it passes every field)."""
+        if any(getattr(self, name) is None for name in STACK_DEFAULT_FIELDS):
+            if self.stack not in STACKS:
+                raise SpecError("plan.stack", self.stack, f"expected one of {', '.join(STACKS)}")
+            defaults = stack_defaults()[self.stack]
+            for name in STACK_DEFAULT_FIELDS:
+                if getattr(self, name) is None:
+                    value = defaults[name]
+                    if value == TP_RULE:
+                        value = self.tp > 1
+                    if name == "tp_comm_overlap":
+                        value = bool(value) and bool(self.sequence_parallel)
+                    object.__setattr__(self, name, value)
 
     @property
     def split_ends(self) -> int:
@@ -565,15 +659,15 @@ class PlanSpec:
             interleave=_int(d, "interleave", where, 1),
             micro_batch=_int(d, "micro_batch", where, 1),
             global_batch=_int(d, "global_batch", where),
-            recompute=_choice(d, "recompute", where, "full", RECOMPUTE_MODES),
-            sequence_parallel=_bool(d, "sequence_parallel", where, False),
-            zero=_int(d, "zero", where, 0, minimum=0),
+            recompute=_given(d, "recompute", lambda: _choice(d, "recompute", where, "", RECOMPUTE_MODES)),
+            sequence_parallel=_optional_bool(d, "sequence_parallel", where),
+            zero=_given(d, "zero", lambda: _int(d, "zero", where, minimum=0)),
             shard_group=_int(d, "shard_group", where, 0, minimum=0),
-            overlap_grad_reduce=_bool(d, "overlap_grad_reduce", where, False),
-            flash_attention=_bool(d, "flash_attention", where, False),
+            overlap_grad_reduce=_optional_bool(d, "overlap_grad_reduce", where),
+            flash_attention=_optional_bool(d, "flash_attention", where),
             zero3_per_tensor=_bool(d, "zero3_per_tensor", where, False),
             ep=_int(d, "ep", where, 1),
-            tp_comm_overlap=_bool(d, "tp_comm_overlap", where, False),
+            tp_comm_overlap=_optional_bool(d, "tp_comm_overlap", where),
             stack=_choice(d, "stack", where, DEFAULT_STACK, STACKS),
             compiled=_bool(d, "compiled", where, False),
             grad_reduce_fp32=_bool(d, "grad_reduce_fp32", where, False),
@@ -638,6 +732,10 @@ class PlanSpec:
             raise SpecError("plan.interleave", self.interleave,
                             f"the interleaved schedule needs micro-batches ({self.micro_batches}) "
                             f"divisible by pp = {self.pp}", where)
+
+
+PlanSpec.__doc__ += ("\n    The stacks' defaults (data/stack_defaults.yaml), for the fields a plan leaves out:\n\n"
+                     + stack_defaults_text(indent="    ") + "\n")
 
 
 def split_rule(layers: int, pp: int, v: int, first: int, last: int, embedding: bool, loss: bool) -> tuple[str, Any, str] | None:

@@ -81,9 +81,13 @@ UNPUBLISHED_DEFAULTS = {
     "megatron": {"recompute": "none", "flash_attention": True, "zero": 1, "overlap_grad_reduce": True,
                  "sequence_parallel": "tp>1", "tp_comm_overlap": "tp>1"},
     "fsdp": {"recompute": "none", "flash_attention": True, "zero": 3, "overlap_grad_reduce": True,
-             "sequence_parallel": "tp>1", "compiled": False},
-    "deepspeed": {"recompute": "full", "flash_attention": False, "zero": 1},
+             "sequence_parallel": "tp>1", "compiled": False, "tp_comm_overlap": False},
+    "deepspeed": {"recompute": "full", "flash_attention": False, "zero": 1, "sequence_parallel": False,
+                  "overlap_grad_reduce": False, "tp_comm_overlap": False},
 }
+# Every measured run gives every knob whose default is the stack's (specs.STACK_DEFAULT_FIELDS): these
+# are the settings of the runs' code and era, never the stack defaults of data/stack_defaults.yaml, so
+# that a change to those defaults cannot move a measured run (tests/test_stack_defaults.py)
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,8 @@ def published_runs() -> list[MeasuredRun]:
         plan = {"tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]),
                 "global_batch": int(row["global_batch"]), "recompute": row["recompute"],
                 "sequence_parallel": bool(_flag(row, "sequence_parallel", "published_runs.csv")),
-                "zero": int(row["zero"]), "flash_attention": MEASURED_FLASH_ATTENTION}
+                "zero": int(row["zero"]), "flash_attention": MEASURED_FLASH_ATTENTION,
+                "overlap_grad_reduce": False, "tp_comm_overlap": False}  # unless the row says otherwise (below)
         if plan["zero"] == 3:  # Narayanan et al. 2021 ran DeepSpeed's ZeRO-3, which prefetches parameters
             # (stage3_prefetch_bucket_size) and overlaps the reduction (overlap_comm defaults to true at stage 3)
             plan.update(zero3_per_tensor=True, stack="deepspeed", overlap_grad_reduce=True)
@@ -278,7 +283,11 @@ def vtrain_runs(vtrain_dir: str | Path, which: str = "multi") -> list[MeasuredRu
             plan = PlanSpec.from_dict({"tp": int(row["tensor parallelism"]), "pp": int(row["pipeline parallelism"]),
                                        "dp": int(row["data parallelism"]), "micro_batch": int(row["micro batch"]),
                                        "global_batch": int(row["global batch"]), "recompute": "full",
-                                       "flash_attention": MEASURED_FLASH_ATTENTION, "stack": "deepspeed"},
+                                       "flash_attention": MEASURED_FLASH_ATTENTION, "stack": "deepspeed",
+                                       # vTrain's Megatron-DeepSpeed runs keep the whole optimizer state per
+                                       # rank (ZeRO 0), not Megatron-DeepSpeed's --zero-stage default 1
+                                       "zero": 0, "sequence_parallel": False, "overlap_grad_reduce": False,
+                                       "tp_comm_overlap": False},
                                       gpus=int(row["# GPUs"]), where=f"vtrain-{which} row {i}")
             run = RunSpec(id=f"vtrain-{which}-{i}", model=model, system=system, plan=plan)
             runs.append(MeasuredRun(run, f"vtrain-{which}", "step_time_s",
@@ -608,7 +617,9 @@ def calculon_run(row: Mapping) -> RunSpec:
             "micro_batch": int(row["micro_batch"]), "global_batch": int(row["global_batch"]),
             "interleave": int(row["interleave"]), "recompute": row["recompute"],
             "sequence_parallel": bool(_flag(row, "sequence_parallel", CALCULON_FILE)),
-            "zero": 2 if _flag(row, "optimizer_sharding", CALCULON_FILE) else 0}
+            "zero": 2 if _flag(row, "optimizer_sharding", CALCULON_FILE) else 0,
+            # Calculon's plans are priced without fused attention and without overlap, whatever the stack's defaults
+            "flash_attention": False, "overlap_grad_reduce": False, "tp_comm_overlap": False}
     return RunSpec.from_dict({"id": row["plan_id"], "model": CALCULON_MODELS[row["model"]],
                               "system": "dgx-a100-80gb", "gpus": int(row["gpus"]), "plan": plan})
 

@@ -47,6 +47,67 @@ SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Units and meaning of every plan field of a run (PlanSpec); `predict --help` lists them with their defaults.
+PLAN_FIELDS: dict[str, tuple[str, str]] = {
+    "tp": ("GPUs", "tensor-parallel degree"),
+    "pp": ("GPUs", "pipeline-parallel degree (stages)"),
+    "dp": ("GPUs", "data-parallel degree"),
+    "cp": ("GPUs", "context-parallel degree (splits each sequence)"),
+    "interleave": ("chunks", "model chunks per pipeline device (interleaved schedule)"),
+    "micro_batch": ("sequences", "sequences one data-parallel rank runs per forward/backward pass"),
+    "global_batch": ("sequences", "sequences per optimizer step over all data-parallel ranks"),
+    "recompute": ("-", "activation recomputation: none, selective or full"),
+    "sequence_parallel": ("true/false", "shard the norms' and dropouts' activations over the sequence (with tp)"),
+    "zero": ("stage", "ZeRO stage 0-3 (1: optimizer state sharded, 2: + gradients, 3: + weights, FSDP)"),
+    "shard_group": ("ranks", "data-parallel ranks sharing one copy of the sharded state (0: all of dp)"),
+    "overlap_grad_reduce": ("true/false", "hide the gradient reduction behind the backward pass"),
+    "flash_attention": ("true/false", "fused attention: no seq x seq scores in HBM"),
+    "zero3_per_tensor": ("true/false", "ZeRO-3 fetches each weight matrix apart (DeepSpeed 2021)"),
+    "ep": ("ranks", "expert-parallel degree of a mixture of experts (divides dp)"),
+    "tp_comm_overlap": ("true/false", "overlap the sequence-parallel collectives with the GEMMs (needs sequence_parallel)"),
+    "stack": ("-", "software that runs the plan: megatron, deepspeed, fsdp or nemo"),
+    "compiled": ("true/false", "the model runs under torch.compile"),
+    "grad_reduce_fp32": ("true/false", "gradients held and reduced in fp32"),
+    "recompute_share": ("fraction", "share of the forward a selective recompute recomputes"),
+    "rotary_kernel": ("-", "how rotary embeddings are applied: fused, complex, matrix, rotate_half"),
+    "tp_async_backward": ("true/false", "backward TP collectives beside the GEMMs"),
+    "first_stage_layers": ("layers", "transformer layers of the first pipeline device (0: even split)"),
+    "last_stage_layers": ("layers", "transformer layers of the last pipeline device (0: even split)"),
+    "embedding_in_split": ("true/false", "the embedding counts as one layer of the pipeline split"),
+    "loss_in_split": ("true/false", "the loss counts as one layer of the pipeline split"),
+}
+
+
+def plan_fields_help() -> str:
+    """The plan fields of a run with unit, default and meaning, then each stack's defaults (from
+    data/stack_defaults.yaml): the epilog of ``predict --help``."""
+    import dataclasses
+
+    from .specs import STACK_DEFAULT_FIELDS, PlanSpec, stack_defaults_text
+
+    rows = []
+    for f in dataclasses.fields(PlanSpec):
+        unit, meaning = PLAN_FIELDS[f.name]
+        if f.name in STACK_DEFAULT_FIELDS or f.default in (None, ""):
+            default = "the stack's"
+        elif f.name == "global_batch":
+            default = "required"
+        elif f.name == "dp":
+            default = "gpus/(tp pp cp)"
+        else:
+            default = _fmt(f.default)
+        rows.append((f.name, unit, default, meaning))
+    widths = [max(len(r[i]) for r in rows + [("field", "unit", "default", "")]) for i in range(3)]
+    lines = ["plan fields (a run's plan: mapping; global_batch and micro_batch count sequences of the model's "
+             "seq_len tokens):", ""]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(("field", "unit", "default"), widths)) + "  meaning"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+    lines += ["", "defaults of each stack (what the stack does when its flag is not given; the sources, files and "
+              "commits, are in trainscale/data/stack_defaults.yaml). A plan without stack is megatron's:", "",
+              stack_defaults_text(indent="  ")]
+    return "\n".join(lines)
+
+
 # `plan` simulates the chosen pipeline micro-batch by micro-batch (memory and time grow with the count)
 PLAN_SIMULATED_MICRO_BATCHES = 2**20
 TOP_MAX = 1000  # `search --top`: plans re-priced by simulation and printed
@@ -304,7 +365,8 @@ def cmd_search(args) -> int:
                     "searched": sorted(k for k, v in space.items() if len(v) > 1), **counts, "best": best,
                     **({} if best else {"reason": _no_plan_reason(summary, args)})})
         return 0
-    print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch}")
+    print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch} sequences, "
+          f"stack {args.stack}" + ("" if args.stack != "megatron" else " (the default; --stack picks another)"))
     print(f"plans evaluated: {counts['plans_evaluated']}, feasible: {counts['plans_feasible']} "
           f"(priced: {counts['plans_priced']}, the rest structurally invalid; --space lists the space)")
     if not best:
@@ -733,7 +795,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
 
-    p = sub.add_parser("predict", help="predict step time, throughput, MFU, memory and energy of runs")
+    p = sub.add_parser("predict", help="predict step time, throughput, MFU, memory and energy of runs",
+                       description="Predict step time, throughput, MFU, memory and energy of runs. A run is "
+                       "{id, model, system, gpus, plan}; its plan's fields are below.",
+                       epilog=plan_fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", metavar="RUNS.yaml", help="one run (a mapping) or 'runs:' with a list of runs")
     p.add_argument("--json", action="store_true", help="print one JSON array, one object per run")
     p.set_defaults(func=cmd_predict)
@@ -741,17 +806,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search the plan space for the fastest plans that fit")
     p.add_argument("--model", required=True, help="catalog model name, or a YAML file with the model's shape")
     p.add_argument("--system", required=True, help="catalog system name, or a YAML file {name: ..., overrides}")
-    p.add_argument("--gpus", required=True, type=_positive_int)
-    p.add_argument("--global-batch", required=True, type=_positive_int, help="sequences per step")
-    p.add_argument("--seq-len", type=_positive_int, help="sequence length (default: the model's)")
+    p.add_argument("--gpus", required=True, type=_positive_int, help="GPUs of the run (tp*pp*dp*cp)")
+    p.add_argument("--global-batch", required=True, type=_positive_int,
+                   help="sequences per optimizer step, over all data-parallel ranks")
+    p.add_argument("--seq-len", type=_positive_int, help="sequence length in tokens (default: the model's)")
     p.add_argument("--stack", default="megatron", choices=("megatron", "deepspeed", "fsdp", "nemo"),
-                   help="software stack that runs the plans (default megatron)")
+                   help="software stack that runs the plans (default megatron; the search header names it)")
     p.add_argument("--compiled", action="store_true",
                    help="the model runs under torch.compile (fuses an eager stack's element-wise kernels)")
     p.add_argument("--grad-reduce-fp32", action="store_true",
                    help="gradients held and reduced in fp32 (DeepSpeed's BF16_Optimizer: all-reduced on --stack deepspeed)")
     p.add_argument("--recompute-share", type=_share, metavar="SHARE",
-                   help="share of the forward a selective recompute recomputes (default: the stack's)")
+                   help="share of the forward a selective recompute recomputes")
     p.add_argument("--rotary-kernel", default="", choices=("",) + ROTARY_KERNELS, metavar="KERNEL",
                    help=f"how the code applies rotary embeddings ({', '.join(ROTARY_KERNELS)}; default: the stack's)")
     p.add_argument("--tp-async-backward", default="stack", choices=("stack", "on", "off"),
@@ -775,7 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="plan a pipeline over a heterogeneous cluster (groups + links YAML)")
     p.add_argument("cluster", metavar="CLUSTER.yaml", help="groups: [{name, system, nodes}], links: [...]")
     p.add_argument("--model", required=True, help="catalog model name")
-    p.add_argument("--global-batch", required=True, type=_positive_int, help="sequences per step")
+    p.add_argument("--global-batch", required=True, type=_positive_int,
+                   help="sequences per optimizer step, over all data-parallel ranks")
     p.add_argument("--max-stages", type=_positive_int, default=8, help="most pipeline stages (default 8)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)

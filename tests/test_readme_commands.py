@@ -108,7 +108,7 @@ def _check_predict_json(out):
 
 
 def _check_search(out):
-    assert "gpt3-175b on 4096 GPUs of dgx-a100-80gb, global batch 1536" in out
+    assert "gpt3-175b on 4096 GPUs of dgx-a100-80gb, global batch 1536 sequences, stack megatron" in out
     m = re.search(r"plans evaluated: (\d+), feasible: (\d+)", out)
     assert m and int(m.group(2)) > 0, out[:2000]
     assert re.search(r"^\s+1\s+\d+\s+\d+", out, re.M), "no plan ranked 1:\n" + out[:2000]

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .specs import SpecError, short_repr
+from .errors import SpecError, short_repr
 
 __all__ = ["InputError", "MAX_DEPTH", "MAX_NODES", "MAX_MESSAGE", "load_yaml", "load_yaml_text", "one_line",
            "short_repr", "check_finite", "check_parameters", "ParameterError", "plausibility_warnings",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import catalog
+from .errors import SpecError, short_repr  # noqa: F401 - defined apart so that inputs (the strict YAML
+# loader the catalogs use) needs no specs: specs reads data/stack_defaults.yaml when it is imported
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 STACKS = ("megatron", "deepspeed", "fsdp", "nemo")
@@ -29,33 +30,6 @@ FFN_TYPES = ("gelu", "swiglu")
 POSITION_EMBEDDINGS = ("learned", "rotary", "alibi")
 # how a code base applies rotary embeddings (HBM bytes and kernels of each: data/calibration.yaml, rotary_kernels)
 ROTARY_KERNELS = ("fused", "complex", "matrix", "rotate_half")
-
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
-for _attr in ("maxlist", "maxtuple", "maxdict", "maxset", "maxfrozenset", "maxdeque", "maxarray"):
-    setattr(_REPR, _attr, 6)
-
-
-def short_repr(value: Any) -> str:
-    """A repr of ``value`` that stays short (and fast) however large or deep the value is."""
-    try:
-        return _REPR.repr(value)
-    except Exception:  # noqa: BLE001 - a repr must never be the error
-        return f"<{type(value).__name__}>"
-
-
-class SpecError(ValueError):
-    """Bad input: names where it was found, the field, the value and what is valid (the value's repr
-    is bounded: a huge or deeply nested value never makes a huge message)."""
-
-    def __init__(self, field_name: str, value: Any, valid: str, where: str | None = None):
-        self.field = field_name
-        self.value = value
-        self.valid = valid
-        self.where = where
-        prefix = f"{where}: " if where else ""
-        super().__init__(f"{prefix}{field_name} = {short_repr(value)} is invalid; {valid}")
 
 
 INT_MAX = 2**40  # every count (GPUs, batch, widths) stays far inside the kernels' 64-bit integers

@@ -600,7 +600,8 @@ def test_tp_async_backward_is_a_plan_field_defaulting_to_the_stack():
     """Megatron-LM and NeMo (Transformer Engine) issue the backward's TP collectives asynchronously,
     DeepSpeed's Megatron and PyTorch's TP do not; a plan may say otherwise; a bad value is one line."""
     run = {"id": "a", "model": "gpt-22b", "system": "dgx-a100-80gb", "gpus": 8,
-           "plan": {"tp": 8, "pp": 1, "global_batch": 4, "micro_batch": 4, "recompute": "full"}}
+           "plan": {"tp": 8, "pp": 1, "global_batch": 4, "micro_batch": 4, "recompute": "full",
+                    "flash_attention": False, "zero": 0, "sequence_parallel": False, "overlap_grad_reduce": False}}
     for stack, default in (("megatron", True), ("nemo", True), ("deepspeed", False), ("fsdp", False)):
         plan = {**run["plan"], "stack": stack}
         base = perfmodel.predict({**run, "plan": plan}).step_time_s

@@ -42,7 +42,7 @@ def test_best_plan_is_the_best_of_its_space_by_brute_force():
     for mb in space["micro_batch"]:
         p = perfmodel.predict(RunSpec(id="x", model=ps.study_model("gpt-175b"), system=system,
                                       plan=PlanSpec(tp=1, pp=1, dp=768, micro_batch=mb, global_batch=1536, zero=3,
-                                                    zero3_per_tensor=True, flash_attention=False,
+                                                    zero3_per_tensor=True, flash_attention=False, recompute="full",
                                                     overlap_grad_reduce=True)))
         if p.fits:
             rates.append((p.tokens_per_s, mb, p.hardware_tflops_per_gpu))

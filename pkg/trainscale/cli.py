@@ -660,6 +660,14 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_fetch_trace(args) -> int:
+    from . import curtailment
+
+    path = curtailment.fetch_paper_trace(args.dest, args.git_dir)
+    print(f"wrote {path} (sha256 {curtailment.PAPER_TRACE['sha256'][:12]}..., {curtailment.PAPER_TRACE['licence']})")
+    return 0
+
+
 def cmd_publish_notebook(args) -> int:
     from . import publish
 
@@ -835,6 +843,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", metavar="DEST", help="the outputs' folder, e.g. figures/<study>")
     p.add_argument("names", metavar="NAME", nargs="+", help="the files to move (every declared output)")
     p.set_defaults(func=cmd_install_outputs)
+
+    p = sub.add_parser("fetch-trace", help="fetch the curtailment paper's marginal-carbon-intensity trace "
+                       "(exalsius/curtail-llm evaluation/mci.csv, not redistributable) into external/, checked by sha256")
+    p.add_argument("--git-dir", metavar="DIR", help="read it from a local clone of exalsius/curtail-llm instead "
+                   "of downloading it")
+    p.add_argument("--dest", metavar="FILE", help="where to write it (default: external/curtail-llm/mci.csv)")
+    p.set_defaults(func=cmd_fetch_trace)
 
     p = sub.add_parser("systems", help="list catalog systems")
     p.add_argument("--fields", action="store_true", help="list the fields a run may override, with units")

@@ -60,7 +60,12 @@ test: $(STAMP)
 test-all: $(STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest
 
+# curtailment's paper setting replays the paper's own trace, which its repository does not license for
+# redistribution: fetched once into external/ (git-ignored, checked by sha256); without it a full rerun of
+# that study stops with the command to fetch it (the committed figures stay as they are).
 figures: $(STAMP)
+	@test -f external/curtail-llm/mci.csv || $(VENV)/bin/trainscale fetch-trace \
+	  || echo "warning: could not fetch the curtailment trace (no network?); a full rerun of curtailment will stop"
 	MPLBACKEND=Agg $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile
 
 figures-quick: $(STAMP)

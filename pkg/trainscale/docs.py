@@ -219,8 +219,10 @@ def accuracy_markdown(validation_nc: str | os.PathLike, cv: dict | None = None) 
 
 def accuracy_substitutions(validation_nc: str | os.PathLike, cv: dict | None = None) -> dict[str, str]:
     """``{{ name }}`` values for the docs' hand-written pages (MyST substitutions): per dataset (dashes as
-    underscores) ``mape_<d>``, ``worst_<d>``, ``left_out_<d>``, ``size_out_<d>``, ``runs_<d>``, ``target_<d>``."""
-    out = {}
+    underscores) ``worst_target``, ``mape_<d>``, ``worst_<d>``, ``left_out_<d>``, ``size_out_<d>``, ``runs_<d>``, ``target_<d>``."""
+    from .studies import validation as study
+
+    out = {"worst_target": _pct(study.WORST_TARGET)}
     for r in accuracy_rows(validation_nc, cv):
         key = r["dataset"].replace("-", "_")
         out.update({f"mape_{key}": _pct(r["mape"]), f"worst_{key}": _pct(r["worst"]),
@@ -433,7 +435,7 @@ async function checkPage(page) {
   }
   const main = doc.querySelector('main') || doc.body;
   for (const img of main.querySelectorAll('img')) {
-    if (img.closest('.navbar-brand, .sidebar-primary-items__start, header, nav')) continue;
+    if (!new URL(img.getAttribute('src') || '', doc.baseURI).pathname.includes('/_images/')) continue;  // theme icons
     const fig = img.closest('figure');
     const src = (img.getAttribute('src') || '').split('/').pop();
     const cap = fig ? (fig.querySelector('figcaption') || {}).textContent || '' : '';

@@ -46,7 +46,6 @@ from .verify import study_names
 __all__ = ["figure_captions", "accuracy_rows", "accuracy_markdown", "accuracy_substitutions", "study_page",
            "generate_sources", "build", "check_site", "browser", "DocsError"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 GENERATED = "_generated"  # folder of the build's source tree that holds generated includes
 
 

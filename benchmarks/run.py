@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,10 +166,26 @@ def search_pricing_section(model, system, calib, dense, dense_kernel_s: float) -
 def sweep_section(failures: list) -> None:
     """A chunked plan sweep through the workflow (snakemake, one process per chunk, Numba on one
     thread each), with 1 and then 2 jobs at a time: plans per second of wall time, start-up and
-    gathering included."""
+    gathering included. Everything it writes (~1 GB of chunks) is removed afterwards."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        _sweep_section(failures, repo)
+    finally:
+        remove_sweep_outputs(repo)
+
+
+def remove_sweep_outputs(repo: Path) -> list[Path]:
+    """The benchmark sweep's chunks, gathered dataset, logs and config (the only ``bench`` sweep)."""
+    sweeps = repo / "results" / "quick" / "sweeps"
+    found = [*sweeps.glob("bench*"), *(sweeps / "logs").glob("bench-*"), repo / "results" / "bench"]
+    for path in found:
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    return found
+
+
+def _sweep_section(failures: list, repo: Path) -> None:
     from trainscale import sweep
 
-    repo = Path(__file__).resolve().parents[1]
     config = repo / "results" / "bench" / "sweep-config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     import yaml

@@ -263,6 +263,10 @@ def _on_off(value: str) -> bool | None:
     return None if value == "stack" else value == "on"
 
 
+# --split-ends: the embedding (1) and the loss (2) counted in the pipeline split (perfmodel.evaluate_grid)
+SPLIT_ENDS = {"none": 0, "embedding": 1, "loss": 2, "both": 3}
+
+
 def cmd_search(args) -> int:
     from . import perfmodel
     from .specs import RunSpec, resolve_model, resolve_system
@@ -286,7 +290,8 @@ def cmd_search(args) -> int:
                                        stack=args.stack, progress=_progress, compiled=args.compiled,
                                        grad_reduce_fp32=args.grad_reduce_fp32,
                                        recompute_share=args.recompute_share, rotary_kernel=args.rotary_kernel,
-                                       tp_async_backward=_on_off(args.tp_async_backward))
+                                       tp_async_backward=_on_off(args.tp_async_backward),
+                                       split_ends=SPLIT_ENDS[args.split_ends])
     best = _predicted_rows(ranked, model, system, args.global_batch)
     counts = {"plans_evaluated": summary.attrs["space_size"], "plans_priced": summary.attrs["plans_priced"],
               "plans_feasible": summary.attrs["plans_feasible"]}
@@ -631,13 +636,17 @@ def cmd_gallery(args) -> int:
             return 0
         readme = Path(args.write)
         _require_file(str(readme), "--write")
-        text = verify.update_readme(readme.read_text(encoding="utf-8"), args.figures, args.config)
+        before = readme.read_text(encoding="utf-8")
+        text = verify.update_readme(before, args.figures, args.config)
     except (FileNotFoundError, ValueError) as err:
         raise CLIError(f"gallery: {err}") from None
+    if text == before:
+        print(f"{readme}: the gallery and the comparison table are current (nothing written)")
+        return 0
     tmp = readme.with_name(f".{readme.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, readme)
-    print(f"updated the comparison table in {readme}")
+    print(f"updated the gallery and the comparison table in {readme}")
     return 0
 
 
@@ -766,6 +775,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp-async-backward", default="stack", choices=("stack", "on", "off"),
                    help="backward tensor-parallel collectives run beside the GEMMs, as Megatron-LM's since September 2021 "
                         "(default: the stack's)")
+    p.add_argument("--split-ends", default="none", choices=tuple(SPLIT_ENDS),
+                   help="count the embedding, the loss or both as layers of every pipeline split (Megatron-Core's "
+                        "--account-for-embedding/loss-in-pipeline-split): layer counts pp*interleave does not "
+                        "divide become plans (default none)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

@@ -21,7 +21,7 @@ from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.collectives import allgather_time as _allgather_time
 from .kernels.collectives import allreduce_time as _allreduce_time
 from .kernels.collectives import alltoall_time as _alltoall_time
-from .kernels.plan import chunk_layers, layer_costs, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw
+from .kernels.plan import layer_costs, split_chunk_layers, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -204,6 +204,18 @@ def plan_fields(plan: PlanSpec) -> tuple:
             plan.overlap_grad_reduce, plan.flash_attention, plan.zero3_per_tensor, plan.ep, plan.tp_comm_overlap)
 
 
+def plan_split(plan: PlanSpec) -> tuple[int, int, int]:
+    """The pipeline split as the kernels take it: ``(first, last, ends)``
+    (:func:`~trainscale.kernels.plan.split_chunk_layers`; all 0: the stack's default)."""
+    return plan.first_stage_layers, plan.last_stage_layers, plan.split_ends
+
+
+def chunk_layer_counts(model: ModelSpec, plan: PlanSpec) -> np.ndarray:
+    """Transformer layers of every model chunk the plan prices, ``[interleave, pp]`` (chunk c of
+    device d is virtual stage c*pp + d): the plan's split, or its stack's default."""
+    return split_chunk_layers(model.layers, plan.pp, plan.interleave, *plan_split(plan))
+
+
 # --------------------------------------------------------------------------- one run
 @dataclass
 class Prediction:
@@ -232,6 +244,10 @@ class Prediction:
     breakdown: dict = field(default_factory=dict)
     memory_breakdown_gib: dict = field(default_factory=dict)
     comm_total_s: dict = field(default_factory=dict)
+    stage_layers: list = field(default_factory=list)
+    """Transformer layers priced on each pipeline device, one list of its chunks' layers per device
+    (``[[6], [8], [8], [8]]``; interleaved ``[[3, 4], [4, 4], ...]``); ``as_dict`` shows it where the
+    chunks are not all equal."""
 
     def as_dict(self) -> dict:
         out = {
@@ -253,6 +269,8 @@ class Prediction:
         out["breakdown"] = dict(self.breakdown)
         out["memory_breakdown_gib"] = dict(self.memory_breakdown_gib)
         out["comm_total_s"] = dict(self.comm_total_s)
+        if len({n for device in self.stage_layers for n in device}) > 1:
+            out["stage_layers"] = [list(device) for device in self.stage_layers]
         return out
 
 
@@ -264,7 +282,7 @@ def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.
     layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
     out = np.empty(K.O_SIZE)
     plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
-               per_tensor, out, ep)
+               per_tensor, out, ep, *plan_split(plan))
     return out
 
 
@@ -284,7 +302,7 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     from . import pipeline
 
     pp, v, micro = plan.pp, plan.interleave, plan.micro_batches
-    layers = chunk_layers(model.layers, pp, v).ravel().astype(float)  # virtual stage c*pp + d
+    layers = chunk_layer_counts(model, plan).ravel().astype(float)  # virtual stage c*pp + d
     fwd = layers * out[K.O_LAYER_FWD]
     bwd = layers * out[K.O_LAYER_BWD]
     fwd[0] += out[K.O_ENDS]
@@ -318,7 +336,7 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
 
 
 def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSpec, gpus: int,
-                global_batch: int) -> Prediction:
+                global_batch: int, chunks: np.ndarray | None = None) -> Prediction:
     step = float(out[K.O_STEP])
     tokens = global_batch * model.seq_len
     reason_code = int(out[K.O_REASON])
@@ -346,6 +364,7 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
                                                                                  K.MEMORY_SLOTS)},
         comm_total_s={"tp_comm": float(out[K.O_TP_COMM_TOTAL]), "cp_comm": float(out[K.O_CP_COMM_TOTAL]),
                       "dp_comm": float(out[K.O_DP_COMM_TOTAL])},
+        stage_layers=[] if chunks is None else [[int(n) for n in chunks[:, d]] for d in range(chunks.shape[1])],
     )
 
 
@@ -365,7 +384,8 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     if structural and not (np.isfinite(out[K.O_STEP]) and out[K.O_STEP] > 0 and np.isfinite(out[K.O_MEM_BYTES])):
         raise SpecError("run", run.id, "the prediction is not a finite positive step time; a model, system or "
                         "plan value is out of scale")
-    return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch)
+    return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch,
+                       chunk_layer_counts(run.model, run.plan))
 
 
 # --------------------------------------------------------------------------- model API for studies
@@ -443,7 +463,7 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
                     + 2 * model.ffn_matrices * tokens * h * model.ffn_hidden)
     attention_flops = 4 * mb * s * s * h
     wgrad_layer = 0.5 * lc[K.L_BWD_GEMM] * weight_flops / (weight_flops + attention_flops)
-    layers = chunk_layers(model.layers, pp, v).ravel().astype(float)
+    layers = chunk_layer_counts(model, plan).ravel().astype(float)
     fwd = layers * out[K.O_LAYER_FWD]
     bwd = layers * (out[K.O_LAYER_BWD] - wgrad_layer)
     wgrad = layers * wgrad_layer
@@ -484,10 +504,15 @@ def _axis(values, name: str) -> np.ndarray:
     return arr
 
 
+def _check_split_ends(split_ends) -> None:
+    if split_ends not in (0, 1, 2, 3):
+        raise SpecError("split_ends", split_ends, "expected 0 (none), 1 (embedding), 2 (loss) or 3 (both)")
+
+
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
                   stack: str = DEFAULT_STACK, compiled: bool = False, grad_reduce_fp32: bool = False,
                   recompute_share: float | None = None, rotary_kernel: str = "",
-                  tp_async_backward: bool | None = None, **axes: Iterable) -> xr.Dataset:
+                  tp_async_backward: bool | None = None, split_ends: int = 0, **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
@@ -496,8 +521,12 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``,
     ``rotary_kernel`` and ``tp_async_backward`` (one per grid; the share acts on the selective plans) are
     those fields of every plan
-    (:class:`~trainscale.specs.PlanSpec`).
+    (:class:`~trainscale.specs.PlanSpec`). ``split_ends`` counts the embedding (1), the loss (2) or
+    both (3) as layers of every pipelined plan's split (``embedding_in_split`` / ``loss_in_split``,
+    Megatron-Core's ``--account-for-*-in-pipeline-split``); a plan whose layers do not split so is
+    masked (``R_UNEVEN_CHUNKS``).
     """
+    _check_split_ends(split_ends)
     model = resolve_model(model)
     system = resolve_system(system)
     unknown = set(axes) - set(GRID_AXES) - {EP_AXIS}
@@ -514,12 +543,14 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
                                rotary_kernel, tp_async_backward)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
-                                *arrays, ep)
+                                *arrays, ep, int(split_ends))
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
     ds.attrs["stack"] = stack
     ds.attrs["compiled"] = int(compiled)
     ds.attrs["grad_reduce_fp32"] = int(grad_reduce_fp32)
     ds.attrs["recompute_share"] = "stack default" if recompute_share is None else float(recompute_share)
+    if split_ends:
+        ds.attrs["split_ends"] = int(split_ends)
     return ds
 
 
@@ -624,7 +655,7 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
            recompute_share: float | None = None, rotary_kernel: str = "",
-           tp_async_backward: bool | None = None) -> tuple[xr.Dataset, list[dict]]:
+           tp_async_backward: bool | None = None, split_ends: int = 0) -> tuple[xr.Dataset, list[dict]]:
     """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
     The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
@@ -638,7 +669,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     memory, and ``folded`` (the knob values of the plans folded into it). ``progress`` (optional) wraps the
     re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal. ``stack``,
     ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and ``tp_async_backward``
-    are fixed plan fields of every plan searched (the share only on the selective ones).
+    are fixed plan fields of every plan searched (the share only on the selective ones); ``split_ends``
+    (:func:`evaluate_grid`) the pipeline split of every pipelined one.
     """
     from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, price_space, space_summary
 
@@ -649,10 +681,11 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
                                rotary_kernel, tp_async_backward)
-    prices = price_space(model, system, calib, gpus, global_batch, space)
+    _check_split_ends(split_ends)
+    prices = price_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends)
     fixed = {"stack": stack, "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
              "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
-             "recompute_share": recompute_share}
+             "recompute_share": recompute_share, "split_ends": int(split_ends)}
     stream = CandidateStream(distinct_plans(prices))
     priced, rows = [], []
     count = max(top, rerank)
@@ -676,6 +709,9 @@ def _reprice(entry: dict, model: ModelSpec, system: SystemSpec, global_batch: in
         plan["tp_async_backward"] = bool(fixed["tp_async_backward"])
     if fixed["recompute_share"] is not None and plan["recompute"] == "selective":
         plan["recompute_share"] = float(fixed["recompute_share"])
+    if fixed["split_ends"] and plan["pp"] > 1:
+        plan["embedding_in_split"] = bool(fixed["split_ends"] & 1)
+        plan["loss_in_split"] = bool(fixed["split_ends"] & 2)
     p = predict(RunSpec(id="search", model=model, system=system, plan=plan_from_grid_entry(plan, global_batch)),
                 calibration)
     entry["closed_form_step_time_s"] = entry["step_time_s"]
@@ -752,10 +788,15 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)),
                     grad_reduce_fp32=bool(p.get("grad_reduce_fp32", False)),
                     recompute_share=p.get("recompute_share"), rotary_kernel=p.get("rotary_kernel", ""),
-                    tp_async_backward=p.get("tp_async_backward"))
+                    tp_async_backward=p.get("tp_async_backward"),
+                    first_stage_layers=int(p.get("first_stage_layers", 0)),
+                    last_stage_layers=int(p.get("last_stage_layers", 0)),
+                    embedding_in_split=bool(p.get("embedding_in_split", False)),
+                    loss_in_split=bool(p.get("loss_in_split", False)))
 
 
 __all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry", "EP_AXIS", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
-           "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES"]
+           "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES", "plan_split",
+           "chunk_layer_counts"]

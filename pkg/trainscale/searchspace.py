@@ -94,25 +94,29 @@ class SpacePrices:
         return plan
 
 
-def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping) -> SpacePrices:
-    """Price every structurally valid plan of ``space`` (resolved ``model``/``system``, calibration vector)."""
+def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping,
+                split_ends: int = 0) -> SpacePrices:
+    """Price every structurally valid plan of ``space`` (resolved ``model``/``system``, calibration vector);
+    ``split_ends`` the pipeline split of every pipelined plan (:func:`trainscale.kernels.plan.split_reason`)."""
     values = space_values(space)
     arrays = {name: _axis(vals, name) for name, vals in values.items()}
     mvec, svec = model_vector(model), system_vector(system)
     even_split = bool(calib[K.C_EVEN_SPLIT] > 0.0)
-    reasons, dps = layout_reasons(mvec, int(gpus), int(global_batch), *(arrays[n] for n in LAYOUT_AXES), even_split)
+    ends = int(split_ends)
+    reasons, dps = layout_reasons(mvec, int(gpus), int(global_batch), *(arrays[n] for n in LAYOUT_AXES), even_split,
+                                  ends)
     knobs = [arrays[n] for n in tuple(values)[len(LAYOUT_AXES):]]
     if EP_AXIS not in values:
         knobs.append(np.ones(1, dtype=np.int64))
     valid = reasons == K.R_OK
     layouts = _layout_indices(values, valid)
     layout_values = _layout_values(arrays, layouts)
-    step_s, mem_bytes, reason = _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs)
+    step_s, mem_bytes, reason = _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs, ends)
     shard_v, ep_v = knobs[3], knobs[-1]
     other_knobs = int(np.prod([k.shape[0] for k in knobs], dtype=np.int64)) // (shard_v.shape[0] * ep_v.shape[0])
     counts = other_knobs * invalid_plan_counts(mvec, int(gpus), int(global_batch),
                                                _layout_values(arrays, _layout_indices(values, ~valid)),
-                                               shard_v, ep_v, even_split, len(K.REASONS))
+                                               shard_v, ep_v, even_split, len(K.REASONS), ends)
     counts += np.bincount(reason, minlength=len(K.REASONS))
     return SpacePrices(values, layouts, dps[valid], step_s, mem_bytes, reason, counts)
 
@@ -128,7 +132,7 @@ def _layout_values(arrays: Mapping, layouts: np.ndarray) -> np.ndarray:
                                 dtype=np.int64)
 
 
-def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs):
+def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs, ends=0):
     """The kernels' calls: layer costs once per distinct (tp, cp, micro_batch), then every plan."""
     rc_v, sp_v, zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v = knobs
     keys, layout_key = np.unique(layout_values[:, [0, 2, 4]], axis=0, return_inverse=True)
@@ -137,7 +141,7 @@ def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs):
     return evaluate_layouts(mvec, svec, calib, int(gpus), int(global_batch),
                             np.ascontiguousarray(layout_values, dtype=np.int64),
                             np.ascontiguousarray(layout_key.ravel(), dtype=np.int64), table, rc_v, sp_v, zero_v,
-                            shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v)
+                            shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends)
 
 
 def distinct_plans(prices: SpacePrices) -> Iterator[dict]:

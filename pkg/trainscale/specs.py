@@ -509,6 +509,29 @@ class PlanSpec:
     recompute_share: float | None = None  # None: the stack's documented selective share
     rotary_kernel: str = ""  # "": the stack's
     tp_async_backward: bool | None = None  # None: the stack's
+    first_stage_layers: int = 0
+    """Transformer layers of the first pipeline device (all its chunks together), Megatron-Core's
+    ``--decoder-first-pipeline-num-layers``; 0 (the default): not given, the stack's even split."""
+    last_stage_layers: int = 0
+    """Transformer layers of the last pipeline device, ``--decoder-last-pipeline-num-layers``; 0: not
+    given. The other devices share the rest evenly (Megatron-Core's rules: :meth:`check_against`)."""
+    embedding_in_split: bool = False
+    """The embedding counts as one layer of the split, Megatron-Core's
+    ``--account-for-embedding-in-pipeline-split``: the first chunk of the first device builds one
+    layer fewer."""
+    loss_in_split: bool = False
+    """The output layer and loss count as one layer, ``--account-for-loss-in-pipeline-split``: the
+    last chunk of the last device builds one layer fewer."""
+
+    @property
+    def split_ends(self) -> int:
+        """The embedding (1) and loss (2) counted in the split, as the kernels take them."""
+        return (1 if self.embedding_in_split else 0) | (2 if self.loss_in_split else 0)
+
+    @property
+    def has_split(self) -> bool:
+        """Whether the plan gives its pipeline split (otherwise the stack's default)."""
+        return bool(self.first_stage_layers or self.last_stage_layers or self.split_ends)
 
     @property
     def gpus(self) -> int:
@@ -557,6 +580,10 @@ class PlanSpec:
             recompute_share=_float(d, "recompute_share", where, None, allow_none=True),
             rotary_kernel=_optional_choice(d, "rotary_kernel", where, ROTARY_KERNELS),
             tp_async_backward=_optional_bool(d, "tp_async_backward", where),
+            first_stage_layers=_int(d, "first_stage_layers", where, 0, minimum=0),
+            last_stage_layers=_int(d, "last_stage_layers", where, 0, minimum=0),
+            embedding_in_split=_bool(d, "embedding_in_split", where, False),
+            loss_in_split=_bool(d, "loss_in_split", where, False),
         )
         if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
             raise SpecError("plan.recompute_share", plan.recompute_share,
@@ -597,15 +624,72 @@ class PlanSpec:
             raise SpecError("plan.ep", self.ep, f"must divide experts = {model.experts}", where)
         if self.interleave > 1 and self.pp == 1:
             raise SpecError("plan.interleave", self.interleave, "interleaving needs pp > 1", where)
-        if (self.interleave > 1 and model.layers % (self.pp * self.interleave)
+        if self.has_split:
+            check_split(model.layers, self.pp, self.interleave, self.first_stage_layers, self.last_stage_layers,
+                        self.embedding_in_split, self.loss_in_split, where)
+        elif (self.interleave > 1 and model.layers % (self.pp * self.interleave)
                 and catalog.calibration()["stacks"][self.stack]["fixed"]["interleave_even_split"]["value"]):
+            hint = suggest_split(model.layers, self.pp, self.interleave)
             raise SpecError("plan.interleave", self.interleave,
                             f"the {self.stack} stack builds the same number of layers in every interleaved chunk: "
-                            f"pp*interleave = {self.pp * self.interleave} must divide layers = {model.layers}", where)
+                            f"pp*interleave = {self.pp * self.interleave} must divide layers = {model.layers}"
+                            + (f", or give the split ({hint})" if hint else ""), where)
         if self.interleave > 1 and self.micro_batches % self.pp:
             raise SpecError("plan.interleave", self.interleave,
                             f"the interleaved schedule needs micro-batches ({self.micro_batches}) "
                             f"divisible by pp = {self.pp}", where)
+
+
+def split_rule(layers: int, pp: int, v: int, first: int, last: int, embedding: bool, loss: bool) -> tuple[str, Any, str] | None:
+    """The first of Megatron-Core's rules for a pipeline split that ``(first, last, embedding, loss)``
+    breaks, as ``(field, value, what is valid)``, or None (NVIDIA/Megatron-LM d98e8a6, 2026-08:
+    ``TransformerConfig.__post_init__`` in megatron/core/transformer/transformer_config.py and
+    ``get_num_layers_to_build`` in megatron/core/transformer/transformer_block.py; the same rules as
+    core_r0.10 of December 2024, which added the end-stage flags)."""
+    if pp == 1:
+        return "plan.pp", pp, "a pipeline split needs pp > 1"
+    if (first or last) and (embedding or loss):
+        return ("plan.first_stage_layers" if first else "plan.last_stage_layers", first or last,
+                "Megatron-Core does not combine the end-stage layer counts with embedding_in_split / loss_in_split")
+    if embedding or loss:
+        total = layers + int(embedding) + int(loss)
+        if total % pp or (total // pp) % v:
+            return ("plan.embedding_in_split" if embedding else "plan.loss_in_split", True,
+                    f"layers + ends = {total} must split into pp*interleave = {pp}*{v} equal chunks")
+        if total // (pp * v) < 2:
+            return ("plan.embedding_in_split" if embedding else "plan.loss_in_split", True,
+                    f"the end chunk would hold no transformer layer ({total // (pp * v)} per chunk)")
+        return None
+    for name, value in (("plan.first_stage_layers", first), ("plan.last_stage_layers", last)):
+        if value and value % v:
+            return name, value, f"must be a multiple of interleave = {v}"
+    rest, devices = layers - first - last, pp - bool(first) - bool(last)
+    if rest < 0 or (devices == 0 and rest) or (devices and (rest <= 0 or rest % devices or (rest // devices) % v)):
+        name, value = ("plan.first_stage_layers", first) if first else ("plan.last_stage_layers", last)
+        return (name, value, f"the other {devices} devices must share the other {rest} layers evenly, "
+                f"a multiple of interleave = {v} each" if devices else
+                f"first + last must equal layers = {layers} on pp = 2")
+    return None
+
+
+def check_split(layers: int, pp: int, v: int, first: int, last: int, embedding: bool, loss: bool,
+                where: str | None = None) -> None:
+    """Raise :class:`SpecError` naming the field of a split Megatron-Core would refuse (:func:`split_rule`)."""
+    broken = split_rule(layers, pp, v, first, last, embedding, loss)
+    if broken is not None:
+        raise SpecError(*broken, where)
+
+
+def suggest_split(layers: int, pp: int, v: int) -> str:
+    """A split Megatron-Core builds for ``layers`` on ``pp`` x ``v`` chunks, as plan fields, or ""."""
+    for embedding, loss in ((True, True), (True, False), (False, True)):
+        if split_rule(layers, pp, v, 0, 0, embedding, loss) is None:
+            return ", ".join(f"{k}: true" for k, on in (("embedding_in_split", embedding), ("loss_in_split", loss)) if on)
+    for first in range(v, layers, v):
+        for last in range(v, layers - first + 1, v):
+            if split_rule(layers, pp, v, first, last, False, False) is None:
+                return f"first_stage_layers: {first}, last_stage_layers: {last}"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,19 @@ import numpy as np
 from numba import njit, prange
 
 from .layout import L_SIZE, O_MEM_BYTES, O_REASON, O_SIZE, O_STEP, R_GPUS, R_OK
-from .plan import layer_costs, plan_costs, plan_reason
+from .plan import layer_costs, plan_costs, structural_reason
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
-                    per_tensor, out, ep=1):
+                    per_tensor, out, ep=1, ends=0):
     """One grid entry: ``dp`` follows from the GPU count; returns it (0 when tp*pp*cp does not
-    divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``)."""
+    divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``). ``ends``:
+    the embedding / loss counted in the pipeline split (:func:`~trainscale.kernels.plan.split_reason`;
+    a plan with pp 1 takes 0)."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
     plan_costs(model, system, calib, lc, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, rc, zero,
-               shard, overlap, per_tensor, out, ep)
+               shard, overlap, per_tensor, out, ep, 0, 0, ends if pp > 1 else 0)
     if dp == 0:
         reason = out[O_REASON]
         out[:] = np.nan
@@ -33,8 +35,9 @@ def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v,
 
 @njit(parallel=True, cache=True)
 def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v):
-    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, ``ep`` last."""
+                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends=0):
+    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, ``ep`` last;
+    ``ends`` (one per call) the pipeline split of every plan with pp > 1."""
     n_tp, n_cp, n_mb = tp_v.shape[0], cp_v.shape[0], mb_v.shape[0]
     n_rc, n_sp, n_fl, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], ep_v.shape[0]
     n_tpo = tpo_v.shape[0]
@@ -96,7 +99,7 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
              + i_tpo) * n_ep + i_ep
         dps[i] = grid_plan_costs(model, system, calib, table[j], gpus, global_batch, tp_v[i_tp], pp_v[i_pp],
                                  cp_v[i_cp], v_v[i_v], mb_v[i_mb], rc_v[i_rc], zero_v[i_zero], shard_v[i_shard],
-                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep])
+                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep], ends)
     return results, dps
 
 
@@ -119,19 +122,21 @@ def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_
 # zero, shard_group, overlap_grad_reduce, flash_attention, zero3_per_tensor, tp_comm_overlap, ep), priced by
 # the same ``grid_plan_costs``, in the same order as the dense grid.
 @njit(cache=True)
-def layout_reason(model, gpus, global_batch, tp, pp, cp, v, mb, even_split):
-    """``(reason, dp)`` of one layout as the dense grid gives it (``shard_group`` 0, ``ep`` 1): the first
-    structural reason (``R_GPUS`` when tp*pp*cp does not divide the GPUs), else ``R_OK``; dp 0 if invalid."""
+def layout_reason(model, gpus, global_batch, tp, pp, cp, v, mb, even_split, ends=0):
+    """``(reason, dp)`` of one layout as the dense grid gives it (``shard_group`` 0, ``ep`` 1, the pipeline
+    split ``ends``): the first structural reason (``R_GPUS`` when tp*pp*cp does not divide the GPUs), else
+    ``R_OK``; dp 0 if invalid."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
-    reason = plan_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, 0, 1, even_split)
+    reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, 0, 1, even_split,
+                               0, 0, ends if pp > 1 else 0)
     if dp == 0 and reason == R_OK:
         reason = R_GPUS
     return reason, (dp if reason == R_OK else 0)
 
 
 @njit(cache=True)
-def layout_reasons(model, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, even_split):
+def layout_reasons(model, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, even_split, ends=0):
     """``(reason[n], dp[n])`` of every layout of the product ``tp x pp x cp x interleave x micro_batch`` (C order)."""
     n_pp, n_cp, n_v, n_mb = pp_v.shape[0], cp_v.shape[0], v_v.shape[0], mb_v.shape[0]
     n = tp_v.shape[0] * n_pp * n_cp * n_v * n_mb
@@ -144,12 +149,12 @@ def layout_reasons(model, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, even_
         i_pp = (i // (n_mb * n_v * n_cp)) % n_pp
         i_tp = i // (n_mb * n_v * n_cp * n_pp)
         reasons[i], dps[i] = layout_reason(model, gpus, global_batch, tp_v[i_tp], pp_v[i_pp], cp_v[i_cp], v_v[i_v],
-                                           mb_v[i_mb], even_split)
+                                           mb_v[i_mb], even_split, ends)
     return reasons, dps
 
 
 @njit(cache=True)
-def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_split, n_reasons):
+def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_split, n_reasons, ends=0):
     """Plans of the invalid ``layouts[n, 5]`` by the reason the dense grid gives each, per combination of
     the knobs other than ``shard_group`` and ``ep`` (the only knobs :func:`plan_reason` reads):
     ``counts[n_reasons]``."""
@@ -160,8 +165,8 @@ def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_
         dp = gpus // ways if gpus % ways == 0 else 0
         for i_shard in range(shard_v.shape[0]):
             for i_ep in range(ep_v.shape[0]):
-                reason = plan_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch,
-                                     shard_v[i_shard], ep_v[i_ep], even_split)
+                reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch,
+                                           shard_v[i_shard], ep_v[i_ep], even_split, 0, 0, ends if pp > 1 else 0)
                 counts[reason if reason != R_OK else R_GPUS] += 1
     return counts
 
@@ -187,7 +192,8 @@ def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_
 
 @njit(cache=True)
 def _price_layout_block(model, system, calib, table_base, gpus, global_batch, layout, rc, sp_row, zero,
-                        shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, scratch, step_s, mem_bytes, reasons, first):
+                        shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, scratch, step_s, mem_bytes, reasons, first,
+                        ends=0):
     """Price one block of plans (one layout, recompute, sequence_parallel and zero; the remaining knob axes
     in C order) into ``step_s``, ``mem_bytes`` and ``reasons`` from index ``first``."""
     n_ovl, n_fl, n_ten, n_tpo, n_ep = ovl_v.shape[0], flash_v.shape[0], tensor_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
@@ -201,7 +207,7 @@ def _price_layout_block(model, system, calib, table_base, gpus, global_batch, la
                             lc = table_base[((sp_row * n_fl + i_fl) * n_tpo + i_tpo) * n_ep + i_ep]
                             grid_plan_costs(model, system, calib, lc, gpus, global_batch, layout[0], layout[1],
                                             layout[2], layout[3], layout[4], rc, zero, shard_v[i_shard],
-                                            ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, scratch, ep_v[i_ep])
+                                            ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, scratch, ep_v[i_ep], ends)
                             step_s[i] = scratch[O_STEP]
                             mem_bytes[i] = scratch[O_MEM_BYTES]
                             reasons[i] = int(scratch[O_REASON])
@@ -210,7 +216,7 @@ def _price_layout_block(model, system, calib, table_base, gpus, global_batch, la
 
 @njit(parallel=True, cache=True)
 def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, table, rc_v, sp_v, zero_v,
-                     shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v):
+                     shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends=0):
     """Price every plan of the valid ``layouts[n, 5]`` (tp, pp, cp, interleave, micro_batch) times the knob axes.
 
     ``layout_key[n]`` is each layout's row of :func:`layer_cost_table`'s ``keys``. Returns ``(step_s, mem_bytes,
@@ -232,5 +238,5 @@ def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_k
         table_base = table[(layout_key[n] * n_rc + i_rc) * n_sp * n_fl * n_tpo * n_ep:]
         _price_layout_block(model, system, calib, table_base, gpus, global_batch, layouts[n], rc_v[i_rc], i_sp,
                             zero_v[i_zero], shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, np.empty(O_SIZE),
-                            step_s, mem_bytes, reasons, b * block)
+                            step_s, mem_bytes, reasons, b * block, ends)
     return step_s, mem_bytes, reasons

@@ -570,6 +570,148 @@ def chunk_layers(layers, pp, v):
     return out
 
 
+# --------------------------------------------------------------------------- uneven pipeline splits
+# ``ends`` bits of a split: the embedding (1) and the loss (2) counted as layers in the split
+ENDS_EMBEDDING = 1
+ENDS_LOSS = 2
+
+
+@njit(cache=True)
+def structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, even_split, first=0, last=0, ends=0):
+    """:func:`plan_reason` with the pipeline split: a split given explicitly (``first``, ``last``, ``ends``)
+    replaces the stack's even-split rule by Megatron-Core's rules (:func:`split_reason`)."""
+    explicit = first != 0 or last != 0 or ends != 0
+    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, even_split and not explicit)
+    if reason == R_OK and explicit:
+        reason = split_reason(int(model[M_LAYERS]), pp, v, first, last, ends)
+    return reason
+
+
+@njit(cache=True)
+def split_reason(layers, pp, v, first, last, ends):
+    r"""Whether Megatron-Core builds the split ``first`` / ``last`` (layers of the first and last
+    device, 0: not given) or ``ends`` (:data:`ENDS_EMBEDDING` | :data:`ENDS_LOSS`: the embedding and
+    the loss each counted as one layer of the split): ``R_OK`` or ``R_UNEVEN_CHUNKS``.
+
+    The rules of NVIDIA/Megatron-LM d98e8a6 (2026-08), ``TransformerConfig.__post_init__`` in
+    megatron/core/transformer/transformer_config.py: a given end count is ``> 0`` and, interleaved, a
+    multiple of ``v``; the ``L_mid = L - first - last`` other layers split evenly over the ``p_mid``
+    other devices (none left over when there are none), ``L_mid / p_mid`` a multiple of ``v``. With
+    ``ends``, ``(L + e + l) / p`` layers per device, a multiple of ``v``, and the end counts may not be
+    given as well; no chunk may be left with fewer than one layer (Megatron allows an empty one; a
+    chunk without layers is not priced here)."""
+    if pp <= 1:
+        return R_OK if first == 0 and last == 0 and ends == 0 else R_UNEVEN_CHUNKS
+    if ends != 0:
+        if first != 0 or last != 0:
+            return R_UNEVEN_CHUNKS
+        total = layers + (1 if ends & ENDS_EMBEDDING else 0) + (1 if ends & ENDS_LOSS else 0)
+        if total % pp != 0 or (total // pp) % v != 0 or total // (pp * v) < 2:
+            return R_UNEVEN_CHUNKS
+        return R_OK
+    rest = layers - first - last
+    devices = pp - (1 if first > 0 else 0) - (1 if last > 0 else 0)
+    if first < 0 or last < 0 or first % v != 0 or last % v != 0 or rest < 0:
+        return R_UNEVEN_CHUNKS
+    if devices == 0:
+        return R_OK if rest == 0 else R_UNEVEN_CHUNKS
+    if rest == 0 or rest % devices != 0 or (rest // devices) % v != 0:
+        return R_UNEVEN_CHUNKS
+    return R_OK
+
+
+@njit(cache=True)
+def split_chunk_layers(layers, pp, v, first, last, ends):
+    """Layers of every model chunk, ``[v, pp]`` (chunk c of device d is virtual stage c*pp + d), of a
+    valid split (:func:`split_reason`).
+
+    Without a split (all 0) the stack's default: :func:`chunk_layers`. Otherwise Megatron-Core's
+    ``get_num_layers_to_build`` (megatron/core/transformer/transformer_block.py, d98e8a6): every
+    chunk of a device holds its device's layers / ``v``; the first device ``first`` layers, the last
+    ``last``, the others an even share of the rest; with ``ends``, ``(L + e + l) / (p v)`` layers per
+    chunk, one fewer in the first chunk of the first device (the embedding) and in the last chunk of
+    the last device (the loss)."""
+    if first == 0 and last == 0 and ends == 0:
+        return chunk_layers(layers, pp, v)
+    out = np.empty((v, pp), dtype=np.int64)
+    if ends != 0:
+        total = layers + (1 if ends & ENDS_EMBEDDING else 0) + (1 if ends & ENDS_LOSS else 0)
+        out[:, :] = total // (pp * v)
+        if ends & ENDS_EMBEDDING:
+            out[0, 0] -= 1
+        if ends & ENDS_LOSS:
+            out[v - 1, pp - 1] -= 1
+        return out
+    devices = pp - (1 if first > 0 else 0) - (1 if last > 0 else 0)
+    middle = (layers - first - last) // devices if devices > 0 else 0
+    for d in range(pp):
+        n = middle
+        if d == 0 and first > 0:
+            n = first
+        elif d == pp - 1 and last > 0:
+            n = last
+        out[:, d] = n // v
+    return out
+
+
+@njit(cache=True)
+def split_stage_layers(layers, pp, v, first, last, ends):
+    """(first, most loaded middle, last) device's layers of a split (:func:`stage_layers` without
+    one); the middle is the first device with the most layers among devices 1..p-2."""
+    if first == 0 and last == 0 and ends == 0:
+        return stage_layers(layers, pp, v)
+    per_device = split_chunk_layers(layers, pp, v, first, last, ends).sum(axis=0)
+    mid = per_device[0]
+    for d in range(1, pp - 1):
+        if d == 1 or per_device[d] > mid:
+            mid = per_device[d]
+    return per_device[0], mid, per_device[pp - 1]
+
+
+@njit(cache=True)
+def interleaved_op(p, v, d, step, forward):
+    """(chunk, micro-batch) of forward or backward micro-step ``step`` of device ``d`` in Megatron's
+    interleaved schedule (the order of :func:`trainscale.kernels.pipeline.build_orders`)."""
+    chunk = (step // p) % v
+    if not forward:
+        chunk = v - 1 - chunk
+    return chunk, (step // (p * v)) * p + step % p
+
+
+@njit(cache=True)
+def held_layers(chunks, p, v, m, d):
+    r"""Most layer-micro-batches of activations device ``d`` holds at once (``chunks``: layers per
+    chunk, ``[v, p]``), in 1F1B (``v`` = 1) or Megatron's interleaved 1F1B.
+
+    1F1B: device ``d`` runs ``min(m, p - d)`` forwards before its first backward, so it holds
+    ``min(m, p - d) L_d`` (Korthikanti et al. 2022, Sec. 4.2.3). Interleaved: ``w_d = \min(mv,
+    2(p - d - 1) + (v - 1) p)`` warm-up forwards of chunks ``(j // p) mod v``, then forward/backward
+    pairs whose backward chunks run in reverse: the peak is reached within the warm-up, its first
+    pair and one period of ``p v`` pairs (both chunk sequences repeat with that period, each chunk
+    ``p`` times), which this replays. With equal chunks the warm-up gives
+
+    .. math:: \frac{L_d}{v} \min\left(mv,\; pv + p - 2d - 1\right),
+
+    for ``d = 0`` Megatron's ``p L_0 (1 + (p-1)/(pv))`` (megatron/training/theoretical_memory_usage.py)."""
+    if v == 1:
+        return (m if m < p - d else p - d) * chunks[0, d]
+    total = m * v
+    warm = 2 * (p - d - 1) + (v - 1) * p
+    warm = warm if warm < total else total
+    held = 0
+    for j in range(warm):
+        held += chunks[interleaved_op(p, v, d, j, True)[0], d]
+    peak = held
+    pairs = total - warm
+    pairs = pairs if pairs < p * v + 1 else p * v + 1
+    for i in range(pairs):
+        held += chunks[interleaved_op(p, v, d, warm + i, True)[0], d]
+        peak = held if held > peak else peak
+        held -= chunks[interleaved_op(p, v, d, i, False)[0], d]
+    return peak
+
+
+
 @njit(cache=True)
 def zero3_tensor_params(model, i):
     """Parameters of weight matrix ``i`` (forward order) of one layer, the unit DeepSpeed's ZeRO-3
@@ -777,14 +919,39 @@ def state_bytes_per_param(zero, shard_ranks, grad_bytes):
 
 
 @njit(cache=True)
+def middle_device(chunks):
+    """The middle device (1..p-2) with the most layers, the first of them (the most in flight)."""
+    per_device = chunks.sum(axis=0)
+    best = 1
+    for d in range(2, chunks.shape[1] - 1):
+        if per_device[d] > per_device[best]:
+            best = d
+    return best
+
+
+@njit(cache=True)
+def stage_activation_bytes(act, chunks, pp, v, micro, d):
+    """Activation bytes device ``d`` holds at its peak: ``act`` bytes per layer and micro-batch
+    times :func:`held_layers` (in 1F1B written ``act L_d min(m, p - d)``, the order of operations
+    of the closed form before uneven splits, so that even plans price to the bit as before)."""
+    if v == 1:
+        return act * chunks[0, d] * (micro if micro < pp - d else pp - d)
+    return act * held_layers(chunks, pp, v, micro, d)
+
+
+@njit(cache=True)
 def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out,
-                      per_tensor=False):
+                      per_tensor=False, first=0, last=0, ends=0):
     """Per-GPU memory of the most loaded pipeline stage, by component, into ``out[O_MEM_*]``;
     returns the total (bytes).
 
-    Stage ``i`` of 1F1B holds activations of ``min(m, p - i)`` micro-batches (the first stage
-    ``p``, Korthikanti et al. 2022 Sec. 4.2.3); interleaving adds the factor ``1 + (p-1)/(p v)``.
-    The last stage keeps the logits of its one micro-batch in flight. Expert parameters (mixture of
+    Candidates are the first device (the embedding), the most loaded middle one (device 1 of the
+    most layers) and the last (the output layer), each with its layers of the split (``first``,
+    ``last``, ``ends``: :func:`split_chunk_layers`). Device ``d`` holds the activations of
+    :func:`held_layers` layer-micro-batches: ``min(m, p - d)`` micro-batches of its layers in 1F1B
+    (Korthikanti et al. 2022 Sec. 4.2.3), its warm-up's chunks in interleaved 1F1B (the first device
+    ``1 + (p-1)/(p v)`` times ``p``, the last ``(v - 1) p + 1`` chunks, not one micro-batch). The last
+    device keeps the logits of one micro-batch of its last chunk in flight. Expert parameters (mixture of
     experts) are sharded over the expert-data-parallel ranks. DeepSpeed's BF16_Optimizer
     (``calib[C_BF16_OPTIMIZER]`` = 1, ZeRO 0-1) holds the 16-bit gradients of every parameter as well
     as its fp32 accumulation buffer: its pipeline engine only zeroes them between micro-batches
@@ -795,7 +962,8 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     """
     layers = int(model[M_LAYERS])
     t = float(tp)
-    l_first, l_mid, l_last = stage_layers(layers, pp, v)
+    chunks = split_chunk_layers(layers, pp, v, first, last, ends)
+    l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
     p_layer = model[M_PARAMS_LAYER] / t
     pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if model[M_EXPERTS] > 1.0 else 0.0
     w, g, o = state_bytes_per_param(zero, shard_ranks, calib[C_GRAD_BYTES])
@@ -803,8 +971,6 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     if calib[C_BF16_OPTIMIZER] > 0.0 and zero <= 1:
         g += BYTES
         ge += BYTES
-    inflight = micro if micro < pp else pp
-    factor = 1.0 + (pp - 1.0) / (pp * v) if v > 1 else 1.0
     act = lc[L_ACT_BYTES]
     best = -1.0
     # candidate stages: first, middle-most loaded, last (one stage when pp == 1)
@@ -817,15 +983,15 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
         elif k == 0:
             n_l = l_first
             dense = l_first * p_layer + model[M_PARAMS_EMBED] / t
-            a = act * l_first * inflight * factor
+            a = stage_activation_bytes(act, chunks, pp, v, micro, 0)
         elif k == 1 and pp > 2:
             n_l = l_mid
             dense = l_mid * p_layer
-            a = act * l_mid * (inflight - 1 if inflight > 1 else 1) * factor
+            a = stage_activation_bytes(act, chunks, pp, v, micro, middle_device(chunks))
         else:
             n_l = l_last
             dense = l_last * p_layer + model[M_PARAMS_HEAD] / t
-            a = act * l_last + lc[L_HEAD_BYTES]
+            a = stage_activation_bytes(act, chunks, pp, v, micro, pp - 1) + lc[L_HEAD_BYTES]
         experts = n_l * pe_layer
         weights = dense * w + experts * we
         grads = dense * g + experts * ge
@@ -852,12 +1018,15 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
 
 @njit(cache=True)
 def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
-               overlap, per_tensor, out, ep=1):
+               overlap, per_tensor, out, ep=1, first=0, last=0, ends=0):
     """Fill ``out`` (layout ``O_*``) with the step time, its breakdown, FLOPs, memory and power
-    of one plan, given its layer costs ``lc`` from :func:`layer_costs` (priced with the same ``ep``)."""
+    of one plan, given its layer costs ``lc`` from :func:`layer_costs` (priced with the same ``ep``).
+    ``first``, ``last``, ``ends``: the pipeline split (:func:`split_chunk_layers`; all 0: the stack's
+    default, which on a stack that builds even chunks needs pp·v to divide the layers)."""
     for i in range(out.shape[0]):
         out[i] = math.nan
-    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0)
+    reason = structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0,
+                               first, last, ends)
     out[O_REASON] = reason
     if reason != R_OK:
         return
@@ -902,7 +1071,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l
 
     # pipeline stages
-    l_first, l_mid, l_last = stage_layers(layers, pp, v)
+    l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
     p2p = p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb)
     head = lc[L_HEAD_FWD] + lc[L_HEAD_BWD]
     if pp == 1:
@@ -991,7 +1160,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
 
     # memory of the most loaded GPU
     mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
-                            per_tensor)
+                            per_tensor, first, last, ends)
     out[O_MEM_BYTES] = mem
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY

@@ -5,7 +5,7 @@
 * **values**: no infinite or absurd (``|v| > ABSURD``) value handed to an axes (a diverged run drawn as 7.7e304
   empties its panel), and no series that draws nothing (all NaN);
 * **limits**: every finite plotted value lies inside the axis limits (nothing cut off: a bar axis starting at
-  0.5 hides the bars' base) and the limits run at most ``LINEAR_MARGIN`` of the data's span (linear axes) or
+  0.5 hides the bars' base) and the limits run at most ``LINEAR_MARGIN`` times the data's span (linear axes) or
   ``LOG_MARGIN_DECADES`` decades (log axes) beyond the data on either side (no 1e-13 floor under data near
   1e-2); an inverted axis (limits in falling order) is a problem unless it was asked for (``inverted_ok``);
 * **legends**: in a figure with a legend, every drawn series (line, marker set, bar set, band, reference line) is
@@ -30,8 +30,9 @@ __all__ = ["figure_problems", "render_png", "ABSURD", "LINEAR_MARGIN", "LOG_MARG
 
 #: a value larger than this in magnitude is a diverged run or a sentinel, never a quantity to draw
 ABSURD = 1e100
-#: linear axes: the limits may run this fraction of the data's span beyond the data on each side
-LINEAR_MARGIN = 0.5
+#: linear axes: the limits may run this multiple of the data's span beyond the data on each side (the data fill
+#: at least a third of the axis)
+LINEAR_MARGIN = 1.0
 #: log axes: the limits may run this many decades beyond the data on each side
 LOG_MARGIN_DECADES = 1.0
 _PIXEL_TOLERANCE = 1.0

@@ -7,7 +7,7 @@
 * **limits**: every finite plotted value lies inside the axis limits (nothing cut off: a bar axis starting at
   0.5 hides the bars' base) and the limits run at most ``LINEAR_MARGIN`` times the data's span (linear axes) or
   ``LOG_MARGIN_DECADES`` decades (log axes) beyond the data on either side (no 1e-13 floor under data near
-  1e-2); an inverted axis (limits in falling order) is a problem unless it was asked for (``inverted_ok``);
+  1e-2); an inverted axis (limits in falling order) is a problem unless it was asked for (:func:`invert_on_purpose`);
 * **legends**: in a figure with a legend, every drawn series (line, marker set, bar set, band, reference line) is
   labelled and its label is an entry of a legend that covers its axes, and every entry names a drawn series of
   the axes it covers (no "tau=1" entry over a panel that draws tau=15); two entries of one legend never look
@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["figure_problems", "render_png", "ABSURD", "LINEAR_MARGIN", "LOG_MARGIN_DECADES"]
+__all__ = ["figure_problems", "render_png", "invert_on_purpose", "guide", "ABSURD", "LINEAR_MARGIN", "LOG_MARGIN_DECADES"]
 
 #: a value larger than this in magnitude is a diverged run or a sentinel, never a quantity to draw
 ABSURD = 1e100
@@ -36,6 +36,7 @@ LINEAR_MARGIN = 1.0
 #: log axes: the limits may run this many decades beyond the data on each side
 LOG_MARGIN_DECADES = 1.0
 _PIXEL_TOLERANCE = 1.0
+_GUIDE = "trainscale-guide"
 
 
 def render_png(fig, dpi: int = 150) -> bytes:
@@ -45,21 +46,45 @@ def render_png(fig, dpi: int = 150) -> bytes:
     return buffer.getvalue()
 
 
-def figure_problems(fig, name: str = "figure", inverted_ok: bool = False) -> list[str]:
-    """Every problem of a drawn figure, one line each, prefixed with ``name`` and the panel's title."""
+def invert_on_purpose(ax, axis: str = "y") -> None:
+    """Invert ``ax``'s ``axis`` ("x" or "y") and record that it was meant (a table read top to bottom), so that
+    :func:`figure_problems` does not report it."""
+    (ax.invert_xaxis if axis == "x" else ax.invert_yaxis)()
+    ax._trainscale_inverted = set(getattr(ax, "_trainscale_inverted", ())) | {axis}
+
+
+def guide(*artists):
+    """Mark artists as guides (group separators, a reference line the axis label explains), not data series: a
+    legend need not name them. Returns the first artist."""
+    for artist in artists:
+        artist.set_gid(_GUIDE)
+    return artists[0] if artists else None
+
+
+def figure_problems(fig, name: str = "figure", dpi: int = 150) -> list[str]:
+    """Every problem of a drawn figure, one line each, prefixed with ``name`` and the panel's title; drawn at the
+    ``dpi`` it is saved at (text grows a little faster than the figure with the dpi)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    shown_dpi = fig.dpi
+    fig.set_dpi(dpi)
+    try:
+        fig.canvas.draw()
+        return _problems(fig, fig.canvas.get_renderer(), name)
+    finally:
+        fig.set_dpi(shown_dpi)
+
+
+def _problems(fig, renderer, name) -> list[str]:
     problems = []
     axes = [ax for ax in fig.axes if ax.get_visible() and ax.name == "rectilinear"]
     for k, ax in enumerate(axes):
         where = f"{name} panel {k + 1}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
         series = _series(ax)
         problems += _value_problems(series, where)
-        problems += _limit_problems(ax, series, where, inverted_ok)
+        problems += _limit_problems(ax, series, where)
     problems += _legend_problems(fig, axes, name)
     problems += _text_problems(fig, renderer, name)
     return problems
@@ -96,7 +121,7 @@ def _container_labels(ax) -> dict:
 
 
 def _series(ax) -> list[_Series]:
-    from matplotlib.collections import Collection
+    from matplotlib.collections import Collection, PathCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -108,10 +133,11 @@ def _series(ax) -> list[_Series]:
         xs, ys = _coords(ax, artist.get_transform())
         if isinstance(artist, Line2D):
             points = np.asarray(artist.get_xydata(), dtype=float).reshape(-1, 2)
-        elif isinstance(artist, Collection):
+        elif isinstance(artist, PathCollection):  # a scatter: the markers' positions
+            points = np.asarray(artist.get_offsets(), dtype=float).reshape(-1, 2)
+            xs, ys = _coords(ax, artist.get_offset_transform())
+        elif isinstance(artist, Collection):  # a band (fill_between), segments (vlines): their vertices
             points = _collection_points(artist)
-            xs, ys = (xs, ys) if artist.get_offsets().size == 0 or not artist.get_paths() else _coords(
-                ax, artist.get_offset_transform())
         elif isinstance(artist, Patch):
             points = _patch_points(artist)
         else:
@@ -122,10 +148,7 @@ def _series(ax) -> list[_Series]:
 
 
 def _collection_points(artist) -> np.ndarray:
-    offsets = np.asarray(artist.get_offsets(), dtype=float).reshape(-1, 2)
-    if len(offsets) > 1 or not artist.get_paths():
-        return offsets  # a scatter: the markers' positions
-    vertices = [np.asarray(p.vertices, dtype=float) for p in artist.get_paths()]  # a band (fill_between)
+    vertices = [np.asarray(p.vertices, dtype=float).reshape(-1, 2) for p in artist.get_paths()]
     return np.concatenate(vertices) if vertices else np.empty((0, 2))
 
 
@@ -165,10 +188,10 @@ def _data_range(series: list[_Series], axis: str, log: bool):
     return (float(values.min()), float(values.max())) if values.size else None
 
 
-def _limit_problems(ax, series, where, inverted_ok) -> list[str]:
+def _limit_problems(ax, series, where) -> list[str]:
     problems = []
     for axis, limits, scale in (("x", ax.get_xlim(), ax.get_xscale()), ("y", ax.get_ylim(), ax.get_yscale())):
-        if limits[0] > limits[1] and not inverted_ok:
+        if limits[0] > limits[1] and axis not in getattr(ax, "_trainscale_inverted", ()):
             problems.append(f"{where}: {axis}-axis runs from {limits[0]:.3g} down to {limits[1]:.3g} (inverted)")
         lo, hi = sorted(limits)
         log = scale == "log"
@@ -212,46 +235,69 @@ def _legend_problems(fig, axes, name) -> list[str]:
     if not legends:
         return []
     problems = []
-    named = {id(ax): set() for ax in axes}  # entries of the legends covering each axes
+    named = {id(ax): [] for ax in axes}  # (label, look) of the entries of the legends covering each axes
     for legend, covered in legends:
-        entries = [t.get_text() for t in legend.get_texts()]
-        drawn = {s.label for ax in covered for s in _series(ax) if _labelled(s.label)}
-        problems += [f"{name}: legend entry {e!r} names no series drawn in the panel(s) it covers"
-                     for e in entries if e not in drawn]
-        problems += _lookalike_problems(legend, entries, name)
+        entries = [(t.get_text(), _look(h)) for t, h in zip(legend.get_texts(), legend.legend_handles)]
+        drawn = [s for ax in covered for s in _series(ax)]
+        problems += [f"{name}: legend entry {label!r} names no series drawn in the panel(s) it covers"
+                     for label, look in entries if not any(_matches(s, label, look) for s in drawn)]
+        problems += _lookalike_problems(entries, name)
         for ax in covered:
-            named[id(ax)].update(entries)
+            named[id(ax)] += entries
     for k, ax in enumerate(axes):
         for s in _series(ax):
-            if not _labelled(s.label):
-                problems.append(f"{name} panel {k + 1}: an unlabelled {type(s.artist).__name__} is drawn in a "
-                                f"figure with a legend (label it, or say what it is)")
-            elif s.label not in named[id(ax)]:
-                problems.append(f"{name} panel {k + 1}: series {s.label!r} is drawn but in no legend covering it")
+            if s.artist.get_gid() == _GUIDE or any(_matches(s, label, look) for label, look in named[id(ax)]):
+                continue
+            what = f"series {s.label!r}" if _labelled(s.label) else f"an unlabelled {type(s.artist).__name__}"
+            problems.append(f"{name} panel {k + 1}: {what} is drawn but no legend covering it names it "
+                            f"(label it, or mark it a guide)")
     return sorted(set(problems), key=problems.index)
 
 
+def _matches(series: _Series, label: str, look: tuple) -> bool:
+    """A legend entry names a series by its label, or, for a key of proxy handles (colours of a category), an
+    unlabelled series by its look."""
+    if _labelled(series.label):
+        return series.label == label
+    return _look(series.artist)[1:] == look[1:] if look[0] == "Line2D" else bool(
+        set(_colours(series.artist)) & set(_colours_of_look(look)))
+
+
+def _colours(artist) -> list[str]:
+    from matplotlib.colors import to_hex
+
+    out = []
+    for get in ("get_color", "get_facecolor", "get_edgecolor"):
+        value = getattr(artist, get, lambda: None)()
+        if value is None or isinstance(value, str) and value == "none" or not np.size(value):
+            continue
+        rows = [value] if isinstance(value, str) or np.ndim(value) == 1 else list(value)
+        out += [to_hex(c) for c in rows[:1]]
+    return out
+
+
+def _colours_of_look(look) -> list[str]:
+    return [c for c in look[1:] if isinstance(c, str) and c.startswith("#")]
+
+
 def _look(handle) -> tuple:
+    """What a reader tells a series by: its kind and colours (and line style and marker for a line)."""
     from matplotlib.colors import to_hex
     from matplotlib.lines import Line2D
 
     if isinstance(handle, Line2D):
-        return (to_hex(handle.get_color()), str(handle.get_linestyle()), str(handle.get_marker()),
-                to_hex(handle.get_markerfacecolor(), keep_alpha=True))
-    faces = getattr(handle, "get_facecolor", lambda: None)()
-    edges = getattr(handle, "get_edgecolor", lambda: None)()
-    colours = [to_hex(c, keep_alpha=True) for c in np.atleast_2d(faces)[:1]] if faces is not None and np.size(faces) else []
-    colours += [to_hex(c, keep_alpha=True) for c in np.atleast_2d(edges)[:1]] if edges is not None and np.size(edges) else []
-    return (type(handle).__name__, *colours, str(getattr(handle, "get_hatch", lambda: None)()))
+        face = handle.get_markerfacecolor()
+        return ("Line2D", to_hex(handle.get_color()), str(handle.get_linestyle()), str(handle.get_marker()),
+                "none" if isinstance(face, str) and face == "none" else to_hex(face))
+    return ("Patch", *_colours(handle))
 
 
-def _lookalike_problems(legend, entries, name) -> list[str]:
+def _lookalike_problems(entries, name) -> list[str]:
     seen, problems = {}, []
-    for entry, handle in zip(entries, legend.legend_handles):
-        look = _look(handle)
+    for label, look in entries:
         if look in seen:
-            problems.append(f"{name}: legend entries {seen[look]!r} and {entry!r} look alike ({look[0]})")
-        seen.setdefault(look, entry)
+            problems.append(f"{name}: legend entries {seen[look]!r} and {label!r} look alike (colour {look[1]})")
+        seen.setdefault(look, label)
     return problems
 
 

@@ -140,6 +140,7 @@ def _series(ax) -> list[_Series]:
             points = _collection_points(artist)
         elif isinstance(artist, Patch):
             points = _patch_points(artist)
+            xs, ys = _coords(ax, artist.get_data_transform())
         else:
             continue
         label = by_container.get(id(artist), artist.get_label())
@@ -172,7 +173,7 @@ def _value_problems(series: list[_Series], where: str) -> list[str]:
         if bad.size:
             problems.append(f"{where}: series {s.label!r} plots {bad.size} diverged value(s) "
                             f"(e.g. {bad[0]:.3g}); mask them and say so")
-        elif values.size and not np.isfinite(values).any():
+        elif any(v is not None and v.size and not np.isfinite(v).any() for v in (s.x, s.y)):
             problems.append(f"{where}: series {s.label!r} draws nothing (every value is NaN)")
     return problems
 

@@ -611,7 +611,7 @@ def cmd_verify(args) -> int:
             print(f"FAIL  {check.study}:")
             for problem in check.problems:
                 print(f"        {problem}")
-    print(f"{len(checks) - failed} of {len(checks)} studies' committed comparisons follow from their datasets"
+    print(f"{len(checks) - failed} of {len(checks)} studies' committed comparisons and figures follow from their datasets"
           f" in {args.figures}/")
     return 1 if failed else 0
 

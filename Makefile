@@ -8,8 +8,9 @@
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
 #   make unlock         release the workflow's lock after a killed run (snakemake --unlock; safe when none runs)
 #   make verify         check every study's paper comparison on the committed datasets (seconds)
-#   make gallery        rewrite the README's paper-vs-ours table from figures/*/comparison.csv
-#   make report         one HTML page with every figure and both tables -> results/report.html
+#   make gallery        rewrite the README's gallery and verdict counts from figures/*/comparison.csv
+#   make docs           the documentation site -> results/docs/html (installs requirements-docs.txt; checked in
+#                       headless Chromium when one is installed)
 #   make bench          speed and accuracy benchmarks
 #   make lab            JupyterLab on notebooks/ (installs requirements-lab.txt)
 #   make lint           snakemake --lint and snakefmt --check on the workflow
@@ -21,17 +22,18 @@ PY       = $(VENV)/bin/python
 VENV_BIN = $(abspath $(VENV))/bin
 STAMP    = $(VENV)/.installed
 LAB_STAMP = $(VENV)/.lab-installed
+DOCS_STAMP = $(VENV)/.docs-installed
 
 # The Numba cache: the package decides (trainscale.kernels.cache_base: NUMBA_CACHE_DIR if set, else .numba_cache/
 # of this checkout), so make, an activated venv, JupyterLab, papermill and SLURM jobs share what setup compiles.
 # Every recipe finds the venv's tools (trainscale, snakemake, papermill, jupyter) first.
 export PATH := $(VENV_BIN):$(PATH)
 
-.PHONY: all setup test test-all figures figures-quick sweeps unlock verify gallery report bench lab lint clean help
+.PHONY: all setup test test-all figures figures-quick sweeps unlock verify gallery docs bench lab lint clean help
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '3,17p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,18p' $(firstword $(MAKEFILE_LIST))
 
 all: test
 
@@ -54,13 +56,19 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -c "from trainscale import perfmodel; perfmodel.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
 	touch $@
 
-test: $(STAMP)
+# The tests build the documentation site too, so they install its toolchain (requirements-docs.txt) first.
+test: $(DOCS_STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest -m "not slow"
 
-test-all: $(STAMP)
+test-all: $(DOCS_STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest
 
+# curtailment's paper setting replays the paper's own trace, which its repository does not license for
+# redistribution: fetched once into external/ (git-ignored, checked by sha256); without it a full rerun of
+# that study stops with the command to fetch it (the committed figures stay as they are).
 figures: $(STAMP)
+	@test -f external/curtail-llm/mci.csv || $(VENV)/bin/trainscale fetch-trace \
+	  || echo "warning: could not fetch the curtailment trace (no network?); a full rerun of curtailment will stop"
 	MPLBACKEND=Agg $(VENV)/bin/snakemake --cores all --snakefile workflow/Snakefile
 
 figures-quick: $(STAMP)
@@ -81,8 +89,15 @@ verify: $(STAMP)
 gallery: $(STAMP)
 	$(VENV)/bin/trainscale gallery --write README.md
 
-report: $(STAMP)
-	$(VENV)/bin/trainscale report --out results/report.html
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(PY) -m pip install -r requirements-docs.txt
+	touch $@
+
+# Built in a temporary folder, moved into results/docs/html only when Sphinx reports no warning; then every page
+# is loaded in headless Chromium (no broken link or image, every figure captioned) where one is installed.
+docs: $(DOCS_STAMP)
+	MPLBACKEND=Agg $(VENV)/bin/trainscale docs --out results/docs/html \
+	  $$(command -v chromium >/dev/null 2>&1 && echo --check || echo "no Chromium on PATH: the site is built, not checked in a browser" >&2)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

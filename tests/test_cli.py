@@ -28,7 +28,8 @@ OUTPUT_KEYS = {"id", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "har
                "hfu", "memory_gib_per_gpu", "fits", "power_W_per_gpu", "energy_J_per_token", "breakdown"}
 
 SYSTEMS = ["dgx-v100", "dgx-a100-40gb", "dgx-a100-80gb", "jean-zay-a100-80gb", "dgx-h100", "grand-teton-h100-96gb", "dgx-h200", "dgx-b200", "gb200-nvl72",
-           "mi300x", "rtx4090-pcie", "rtx3060-pcie", "rtx-a5000-pcie", "a800-pcie", "a800-sxm"]
+           "mi300x", "rtx4090-pcie", "rtx3060-pcie", "rtx-a5000-pcie", "rtx2080ti-pcie", "rtx3090-pcie", "rtx-a4000-pcie",
+           "a800-pcie", "a800-sxm"]
 
 
 def write_yaml(tmp_path, doc, name="runs.yaml"):

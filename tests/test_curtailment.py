@@ -289,3 +289,47 @@ def test_averaging_at_small_batches_lowers_the_loss_on_a_two_site_run():
     for seed in range(4):
         cost = C.averaging_cost(r, prob, lr=0.05, batch_size=1, seed=seed)
         assert cost["loss"] < cost["single_loss"] and cost["steps"] == 8000
+
+
+# ---------------------------------------------------------------------------------------------
+# the paper's trace (exalsius/curtail-llm evaluation/mci.csv): cited, fetched by hand, checked by sha256
+
+HAVE_TRACE = C.paper_trace_path().is_file()
+
+
+def test_a_trace_with_another_hash_is_refused(tmp_path):
+    bad = tmp_path / "mci.csv"
+    bad.write_text("point_time,CAISO_NORTH,SPP_TX,NEM_SA,DE\n2026-01-11 17:00:00+00:00,1,2,3,4\n")
+    with pytest.raises(SpecError) as err:
+        C.read_paper_trace(bad)
+    assert err.value.field == "paper_trace" and "sha256" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        C.read_paper_trace(tmp_path / "absent.csv")
+    assert "trainscale fetch-trace" in str(err.value)
+
+
+@pytest.mark.skipif(not HAVE_TRACE, reason="the paper's trace is not here (trainscale fetch-trace)")
+def test_paper_trace_has_the_recorded_hash_and_the_papers_regions():
+    import hashlib
+
+    assert hashlib.sha256(C.paper_trace_path().read_bytes()).hexdigest() == C.PAPER_TRACE["sha256"]
+    tr = C.read_paper_trace()
+    assert list(tr["site"].values) == ["CA", "TX", "SA", "DE"] and tr.sizes["time"] == 217
+    assert str(tr["time"].values[0]).startswith("2026-01-11T17:00")
+    timing = C.window_timing(tr)
+    # the generator's regions carry the trace's shares and window timing (module docstring)
+    for site, region in C.REGIONS.items():
+        assert timing[site]["share"] == pytest.approx(region.share_below, abs=0.005), site
+        if region.share_below > 0:
+            assert timing[site]["centre_local_h"] == pytest.approx(region.peak_hour_local, abs=0.05), site
+
+
+def test_window_timing_finds_a_windows_centre_in_local_time():
+    values = np.full((288, 1), 500.0)
+    values[24:48, 0] = 10.0  # 02:00-04:00 UTC
+    time = np.datetime64("2026-01-11T00:00", "ns") + np.arange(288) * np.timedelta64(300, "s")
+    tr = C._trace_dataset(values, time, ["X"])
+    t = C.window_timing(tr, utc_offsets_h={"X": -6.0})["X"]
+    assert t["share"] == pytest.approx(24 / 288)
+    assert t["centre_local_h"] == pytest.approx(21.0)  # 03:00 UTC at UTC-6
+    assert t["windows"] == [(2.0, 4.0)]

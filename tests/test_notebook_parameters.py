@@ -73,3 +73,24 @@ def test_every_study_notebook_defines_what_its_config_block_sets():
             missing = set(values) - names
             assert not missing, f"{study} ({mode}): {sorted(missing)} not in its parameters cell"
         assert "output_dir" in names, study
+
+
+def test_the_engine_shuts_an_idle_kernel_down_without_an_interrupt(monkeypatch):
+    """jupyter_client interrupts before shutting down, which made an idle kernel log a KeyboardInterrupt ERROR."""
+    import asyncio
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    sent = []
+
+    async def interrupt(self):
+        sent.append("SIGINT")
+
+    monkeypatch.setattr(AsyncKernelManager, "_async_interrupt_kernel", interrupt)
+    manager = papermill_engine.EncryptedKernelManager()
+    manager.shutting_down = True
+    asyncio.run(manager._async_interrupt_kernel())
+    assert sent == []
+    manager.shutting_down = False
+    asyncio.run(manager._async_interrupt_kernel())  # an interrupt asked for (a cell's timeout) still goes out
+    assert sent == ["SIGINT"]

@@ -1,12 +1,12 @@
-"""Every shell command in README.md works when copy-pasted from the repository root.
+"""Every shell command in README.md and the docs' pages (docs/*.md) works when copy-pasted from the repository root.
 
-The test reads every ```bash block of README.md (backslash continuations joined, comments after
+The test reads every ```bash block of README.md and docs/*.md (backslash continuations joined, comments after
 ` #` and blank lines dropped) and compares the commands with COMMANDS below, an explicit table:
 each README command is either run here (`Run`: from the repository root, the venv's bin first on
 PATH as after `source .venv/bin/activate`, exit status 0, output checked) or listed as not run
 here with the reason (`NotRun`; where a cheap stand-in exists, e.g. a dry run, that is run
-instead). A README command missing from the table, or a table entry no longer in the README,
-fails the test, so the README and this file cannot drift apart.
+instead). A command missing from the table, or a table entry no longer in the README or a docs page,
+fails the test, so the pages and this file cannot drift apart.
 """
 
 import json
@@ -24,6 +24,7 @@ import yaml
 from conftest import BIN_DIR, REPO_ROOT
 
 README = REPO_ROOT / "README.md"
+DOC_PAGES = (README, *sorted((REPO_ROOT / "docs").glob("*.md")))
 EXAMPLES = REPO_ROOT / "examples"
 SHELL_FENCES = ("bash", "sh", "shell", "console")
 
@@ -215,6 +216,11 @@ COMMANDS = {
     "make test": NotRun(
         "runs the whole test suite, this file included (minutes); here `make -n` checks the target",
         stand_in="make -n test"),
+    # ## Documentation
+    "make docs": NotRun(
+        "builds the whole site (20-60 s); tests/test_docs.py builds it and checks every page in Chromium "
+        "(slow); here `make -n` checks the target",
+        stand_in="make -n docs"),
     # ## The command line
     "trainscale predict examples/runs.yaml --json": Run(_check_predict_json),
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 4096 --global-batch 1536":
@@ -293,8 +299,8 @@ def run_shell(command, timeout_s):
 
 
 def _readme_raw_commands():
-    """README commands keyed by their normalised form (as in COMMANDS), value as typed."""
-    return {normalise(c): c for c in readme_commands(README.read_text(encoding="utf-8"))}
+    """README and docs commands keyed by their normalised form (as in COMMANDS), value as typed."""
+    return {normalise(c): c for page in DOC_PAGES for c in readme_commands(page.read_text(encoding="utf-8"))}
 
 
 def _params(kind):
@@ -322,9 +328,9 @@ def test_every_readme_command_is_in_the_table():
     assert readme, "no ```bash block found in README.md"
     missing = [c for c in readme if c not in COMMANDS]
     stale = [c for c in COMMANDS if c not in readme]
-    assert not missing, ("README commands not in tests/test_readme_commands.py COMMANDS (add each "
+    assert not missing, ("README or docs commands not in tests/test_readme_commands.py COMMANDS (add each "
                          "as Run(...) or NotRun(reason)):\n  " + "\n  ".join(missing))
-    assert not stale, ("COMMANDS entries no longer in README.md (remove or update them):\n  "
+    assert not stale, ("COMMANDS entries no longer in README.md or docs/*.md (remove or update them):\n  "
                        + "\n  ".join(stale))
 
 
@@ -335,12 +341,12 @@ def test_not_run_commands_give_a_reason():
 
 
 def test_examples_are_documented_and_used():
-    readme = README.read_text(encoding="utf-8")
+    readme = "\n".join(page.read_text(encoding="utf-8") for page in DOC_PAGES)
     files = sorted(p for p in EXAMPLES.iterdir() if p.is_file())
     assert files, "examples/ is empty"
     for path in files:
         rel = path.relative_to(REPO_ROOT).as_posix()
-        assert rel in readme, f"{rel} is not used by any README command"
+        assert rel in readme, f"{rel} is not used by any README or docs command"
         first = path.read_text(encoding="utf-8").lstrip().splitlines()[0]
         assert first.startswith("#"), f"{rel} has no comment header saying what it is"
 
@@ -349,7 +355,7 @@ def test_examples_are_documented_and_used():
 def test_readme_command_runs(command, spec):
     raw = _readme_raw_commands().get(command)
     if raw is None:
-        pytest.fail(f"`{command}` is not in README.md (see test_every_readme_command_is_in_the_table)")
+        pytest.fail(f"`{command}` is not in README.md or docs/*.md (see test_every_readme_command_is_in_the_table)")
     if spec.before:
         spec.before()
     proc = run_shell(raw, spec.timeout_s)

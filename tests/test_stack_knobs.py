@@ -225,9 +225,10 @@ def test_search_prices_the_compiled_plans():
     space = {"tp": [1, 2], "micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [3],
              "flash_attention": [1], "overlap_grad_reduce": [1]}
     _, eager = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp")
-    grid, comp = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp", compiled=True)
+    _, comp = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp", compiled=True)
     assert comp[0]["plan"]["compiled"] is True and eager[0]["plan"]["compiled"] is False
     assert comp[0]["step_time_s"] < eager[0]["step_time_s"]
+    grid = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 8, 16, stack="fsdp", compiled=True, **space)
     assert grid.attrs["compiled"] == 1
     # the re-priced best plan is what predict gives for that plan
     plan = perfmodel.plan_from_grid_entry(comp[0]["plan"], 16)
@@ -377,8 +378,10 @@ def test_search_takes_the_plan_knobs_it_cannot_search():
              "flash_attention": [1], "overlap_grad_reduce": [1]}
     steps = {}
     for share in (0.2, 0.9):
-        grid, ranked = perfmodel.search("llama2-13b", "dgx-h100", 96, 192, top=2, space=space, stack="fsdp",
-                                        recompute_share=share)
+        _, ranked = perfmodel.search("llama2-13b", "dgx-h100", 96, 192, top=2, space=space, stack="fsdp",
+                                     recompute_share=share)
+        grid = perfmodel.evaluate_grid("llama2-13b", "dgx-h100", 96, 192, stack="fsdp", recompute_share=share,
+                                       **space)
         assert grid.attrs["recompute_share"] == share
         for entry in ranked:
             plan = entry["plan"]
@@ -481,9 +484,13 @@ def test_a_megatron_search_skips_uneven_interleaving():
              "recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
              "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0], "tp_comm_overlap": [0]}
     space = {k: v for k, v in space.items() if k in perfmodel.GRID_AXES}
-    grids = {stack: perfmodel.search(model, system, 64, 512, top=1, space=space, stack=stack)[0]
+    grids = {stack: perfmodel.evaluate_grid(model, system, 64, 512, stack=stack, **space)
              for stack in ("megatron", "nemo")}
     reason = grids["megatron"]["reason"]
+    uneven_layouts = sum(v > 1 and 84 % (pp * v) != 0 for pp in (2, 4) for v in (1, 2, 3, 4, 6, 8))
+    for stack, expected in (("megatron", uneven_layouts), ("nemo", 0)):  # the search masks the same plans
+        summary, _ = perfmodel.search(model, system, 64, 512, top=1, space=space, stack=stack)
+        assert int(summary["plans"].sel(reason=K.REASONS[K.R_UNEVEN_CHUNKS])) == expected, stack
     for pp in (2, 4):
         for v in (1, 2, 3, 4, 6, 8):
             code = int(reason.sel(pp=pp, interleave=v).values.ravel()[0])

@@ -246,20 +246,101 @@ def test_swarm_file_round_trip(tmp_path):
     assert a["penalty_s"].tolist() == [0.0, 0.0, 0.0, W.CACHE_PENALTY_S]
 
 
+def _paper_spec(k=2.0, c=0.002, **kw):
+    gpus, bw = study.paper_mix([100.0, 1000.0])
+    return W.SwarmSpec(W.make_swarm(gpus, bw, 20.0).servers, int8_slowdown=k, int8_overhead_s=c, **kw)
+
+
+def test_paper_mix_is_petals_fourteen_servers_and_links_are_a_permutation():
+    want = {"rtx3060-pcie": 2, "rtx2080ti-pcie": 4, "rtx3090-pcie": 2, "rtx-a4000-pcie": 2, "rtx-a5000-pcie": 4}
+    spread = np.linspace(100.0, 1000.0, 14)
+    for lo in study.LINK_ORDERS:
+        for jo in study.JOIN_ORDERS:
+            gpus, bw = study.paper_mix([100.0, 1000.0], lo, jo)
+            assert {g: gpus.count(g) for g in want} == want and len(gpus) == 14
+            np.testing.assert_allclose(np.sort(bw), spread)
+    gpus, bw = study.paper_mix([100.0, 1000.0], "strong on fast links")
+    assert gpus[-1] == "rtx-a5000-pcie" and bw[-1] == 1000.0
+    with pytest.raises(SpecError, match="link_order"):
+        study.paper_mix([100.0, 1000.0], "random")
+
+
+def test_chain_kernels_equal_the_plain_python_reference():
+    spec = _mixed(forward_batch=64)
+    a = W.server_arrays(spec)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        starts = W._random_tiling(rng, a["spans"], a["L"])
+        holders, n_holders = W._holders(a, starts)
+        pop = rng.integers(0, 4, size=(20, a["L"]))
+        out = np.empty((pop.shape[0], 3))
+        K.evaluate_chains(pop, holders, n_holders, a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"], a["act_bytes"],
+                          a["fwd_bytes"], a["L"], out)
+        for genes, res in zip(pop, out):
+            lat, stage, hops = W.reference_chain_evaluate(genes, starts, a)
+            if math.isinf(lat):
+                assert res[0] >= K.INF
+                continue
+            assert res[0] == pytest.approx(lat, rel=1e-12) and res[1] == pytest.approx(stage, rel=1e-12)
+            assert res[2] == hops
+
+
+def test_petals_router_chain_round_trips_through_its_genome():
+    spec = _paper_spec()
+    a = W.server_arrays(spec)
+    choice = W.petals_choice(spec, a)
+    holders, n_holders = W._holders(a, choice["starts"])
+    genes = W.chain_genes(choice["chain"], holders, a["L"])
+    hs, hf, ht = (np.empty(a["L"], np.int64) for _ in range(3))
+    n = K.decode_chain(genes, holders, n_holders, a["L"], hs, hf, ht)
+    assert [(int(hs[h]), int(hf[h]), int(ht[h])) for h in range(n)] == choice["chain"]
+
+
+def test_chain_search_never_loses_to_petals_router_and_is_seeded():
+    gpus = [g for g, _ in study.PETALS_MIX] * 5  # enough servers that blocks have several holders
+    spec = _spec_of(gpus)
+    f = W.chain_search(spec, population=16, generations=6, seed=4)
+    pt = f["petals"]
+    assert f["latency_s"].size > 0
+    assert W.dominates_or_equals(f["latency_s"], f["chain_tokens_per_s"], pt["latency_s"], pt["chain_tokens_per_s"])
+    lat, thr = f["latency_s"], f["chain_tokens_per_s"]
+    for i, j in itertools.permutations(range(lat.size), 2):
+        assert not (lat[i] <= lat[j] and thr[i] >= thr[j] and (lat[i] < lat[j] or thr[i] > thr[j]))
+    again = W.chain_search(spec, population=16, generations=6, seed=4)
+    np.testing.assert_array_equal(f["genes"], again["genes"])
+
+
+def _spec_of(gpus):
+    return W.SwarmSpec(W.make_swarm(gpus, np.linspace(100.0, 1000.0, len(gpus)), 20.0).servers, int8_slowdown=2.0,
+                       int8_overhead_s=0.002, forward_batch=64)
+
+
 def test_study_tables_and_records(tmp_path):
-    base = {"size": 12, "strong_share": 0.5, "bandwidth_Mbps": [100.0, 1000.0], "rtt_ms": 20.0}
-    tab = study.petals_table(base)
+    base = {"bandwidth_Mbps": [100.0, 1000.0], "rtt_ms": 20.0, "link_order": "interleaved",
+            "join_order": "weakest first"}
+    tab = study.petals_table(base, rtts_ms=[5.0, 50.0])
     assert tab["fitted"].sum() == 2  # the two numbers the int8 cost is fitted to
     fit = tab.sel(setting=study.FIT_SETTING)
     assert float(fit["predicted"].sel(metric="steps_per_s")) == pytest.approx(1.71, rel=1e-9)
-    search = study.search_sweep(base, [10], [1.0], [300.0], [50.0], population=12, generations=4, seed=1)
-    assert search.sizes["case"] == 5 and np.all(search["latency_gain"].values[np.isfinite(search["latency_gain"])] <= 1)
+    search = study.search_sweep(base, [20], [1.0], [300.0], [50.0], population=12, generations=4, seed=1, seeds=2)
+    assert search.sizes["case"] == 5 and search.sizes["ga_seed"] == 2
+    gain = search["latency_gain"].values
+    assert np.all(gain[np.isfinite(gain)] <= 1 + 1e-12)
     tsio.write_dataset(tab, tmp_path / "petals.nc")
     tsio.write_dataset(search, tmp_path / "search.nc")
     records = study.compare(tmp_path)
-    assert len(records) == 10  # 12 published numbers, 2 fitted left out
+    assert len(records) == 11  # 12 published numbers, 2 fitted left out, and the GA's chain
+    assert records[0].same_setting and "RAM offloading" in records[0].quantity  # the paper's settings first
+    mixed = [r for r in records if r.quantity.endswith(study.MIXED_SETTING) and "GA" not in r.quantity]
+    assert len(mixed) == 3 and all(r.same_setting and "RTT" in r.free_parameter for r in mixed)
+    assert all(r.our_low <= r.our_value <= r.our_high for r in mixed)
+    ga = records[-1]
+    assert not ga.same_setting and ga.free_parameter.startswith("GA seed")
     for r in records:
         assert r.study == study.STUDY and r.verdict in comparison.VERDICTS
     for ds in (tab, search):
         for name in list(ds.data_vars) + list(ds.coords):
             assert ds[name].attrs.get("long_name"), name
+    again = study.search_sweep(base, [20], [1.0], [300.0], [50.0], population=12, generations=4, seed=1, seeds=2)
+    tsio.write_dataset(again, tmp_path / "again.nc")
+    assert (tmp_path / "again.nc").read_bytes() == (tmp_path / "search.nc").read_bytes()

@@ -63,8 +63,9 @@ def _refusing_slurm(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("extra", [[], ["--default-resources", "slurm_partition=compute",
-                                        "slurm_account=myproject", "mem_mb=1000", "runtime=30"]],
+@pytest.mark.parametrize("extra", [[], pytest.param(["--default-resources", "slurm_partition=compute",
+                                                      "slurm_account=myproject", "mem_mb=1000", "runtime=30"],
+                                                     marks=pytest.mark.slow)],
                          ids=["profile", "default-resources"])
 def test_a_refused_slurm_submission_leaves_every_file_byte_identical(repo_copy, tmp_path, extra):
     """The README's SLURM commands where submission fails: every study is submitted (--forceall) and refused."""
@@ -91,7 +92,7 @@ def _wait_for_staged_file(staging: Path, proc: subprocess.Popen, timeout_s: floa
     pytest.fail("the notebook wrote nothing in its staging folder in time")
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGINT", pytest.param("SIGKILL", marks=pytest.mark.slow)])
 def test_a_job_killed_midway_leaves_every_file_byte_identical(repo_copy, how):
     """Ctrl-C (the terminal interrupts Snakemake and the notebook; Snakemake handles the failed job) and kill -9
     of the whole run (a lost node):

@@ -673,7 +673,7 @@ def cmd_verify(args) -> int:
             print(f"FAIL  {check.study}:")
             for problem in check.problems:
                 print(f"        {problem}")
-    print(f"{len(checks) - failed} of {len(checks)} studies' committed comparisons follow from their datasets"
+    print(f"{len(checks) - failed} of {len(checks)} studies' committed comparisons and figures follow from their datasets"
           f" in {args.figures}/")
     return 1 if failed else 0
 
@@ -712,13 +712,39 @@ def cmd_gallery(args) -> int:
     return 0
 
 
-def cmd_report(args) -> int:
-    from . import report
+def cmd_docs(args) -> int:
+    import time
+
+    from . import docs
 
     _require_file(args.config, "--config")
     if not os.path.isdir(args.figures):
         raise CLIError(f"--figures: {args.figures!r} is not a folder")
-    print(f"wrote {report.build_report(args.figures, args.config, args.out)}")
+    try:
+        import myst_nb  # noqa: F401 - the toolchain, checked before anything is written
+        import sphinx_book_theme  # noqa: F401
+    except ImportError as err:
+        raise CLIError(f"docs: {err.name} is not installed (make docs installs requirements-docs.txt)") from None
+    start = time.perf_counter()
+    try:
+        out = docs.build(args.out, args.figures, args.config, args.source)
+        print(f"wrote {out}/index.html in {time.perf_counter() - start:.0f} s")
+        if args.check:
+            result = docs.check_site(out)
+            print(f"checked in headless Chromium: {result['pages']} pages, {result['figures']} captioned figures, "
+                  f"{result['images']} images, {result['links']} links")
+            if result["problems"]:
+                raise CLIError(f"docs: {len(result['problems'])} problem(s) in {out}; first: {result['problems'][0]}")
+    except docs.DocsError as err:
+        raise CLIError(str(err)) from None
+    return 0
+
+
+def cmd_fetch_trace(args) -> int:
+    from . import curtailment
+
+    path = curtailment.fetch_paper_trace(args.dest, args.git_dir)
+    print(f"wrote {path} (sha256 {curtailment.PAPER_TRACE['sha256'][:12]}..., {curtailment.PAPER_TRACE['licence']})")
     return 0
 
 
@@ -875,19 +901,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "compare (after a change to the verdict rule or to a compare, never to the data), then check")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("gallery", help="the README's figure gallery and paper-vs-ours table (from the registry "
-                       "and every study's comparison.csv)")
+    p = sub.add_parser("gallery", help="the README's gallery and verdict counts (from the registry and every "
+                       "study's comparison.csv); without --write, the full figure gallery and comparison table")
     p.add_argument("--figures", default="figures", help="folder with one folder per study (default: figures)")
     p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
     p.add_argument("--write", metavar="README", help="replace the two generated blocks (between their markers) in this file")
     p.set_defaults(func=cmd_gallery)
 
-    p = sub.add_parser("report", help="one static HTML page: every figure, its caption, the paper-vs-ours and "
-                       "accuracy tables")
+    p = sub.add_parser("docs", help="the documentation site (Sphinx, myst-nb, book theme) from docs/ and the "
+                       "committed outputs")
     p.add_argument("--figures", default="figures", help="folder with one folder per study (default: figures)")
     p.add_argument("--config", default="config/config.yaml", help="workflow config listing the studies")
-    p.add_argument("--out", default="results/report.html", help="the page to write (default: results/report.html)")
-    p.set_defaults(func=cmd_report)
+    p.add_argument("--source", default="docs", help="the hand-written pages and conf.py (default: docs)")
+    p.add_argument("--out", default="results/docs/html", help="the site's folder (default: results/docs/html)")
+    p.add_argument("--check", action="store_true", help="then load every page in headless Chromium: no broken "
+                   "link or image, every figure captioned")
+    p.set_defaults(func=cmd_docs)
 
     p = sub.add_parser("publish-notebook", help="copy an executed notebook without timestamps, for readers")
     p.add_argument("executed", metavar="EXECUTED", help="the notebook papermill executed")
@@ -902,6 +931,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", metavar="DEST", help="the outputs' folder, e.g. figures/<study>")
     p.add_argument("names", metavar="NAME", nargs="+", help="the files to move (every declared output)")
     p.set_defaults(func=cmd_install_outputs)
+
+    p = sub.add_parser("fetch-trace", help="fetch the curtailment paper's marginal-carbon-intensity trace "
+                       "(exalsius/curtail-llm evaluation/mci.csv, not redistributable) into external/, checked by sha256")
+    p.add_argument("--git-dir", metavar="DIR", help="read it from a local clone of exalsius/curtail-llm instead "
+                   "of downloading it")
+    p.add_argument("--dest", metavar="FILE", help="where to write it (default: external/curtail-llm/mci.csv)")
+    p.set_defaults(func=cmd_fetch_trace)
 
     p = sub.add_parser("systems", help="list catalog systems")
     p.add_argument("--fields", action="store_true", help="list the fields a run may override, with units")

@@ -66,7 +66,8 @@ from .wallclock import Link, allreduce_time_s
 
 __all__ = ["RegionTrace", "REGIONS", "Policy", "PAPER_POLICY", "SLOT_S", "REFERENCE_THRESHOLD",
            "generate_traces", "read_trace", "site_step", "averaging_time_s", "run_policy", "always_on",
-           "round_schedule", "averaging_cost", "STATE_NAMES"]
+           "round_schedule", "averaging_cost", "STATE_NAMES", "PAPER_TRACE", "PAPER_TRACE_URL",
+           "paper_trace_path", "fetch_paper_trace", "read_paper_trace", "window_timing"]
 
 SLOT_S = 300.0  # 5-minute trace resolution (WattTime's marginal operating emissions rate)
 SLOTS_PER_DAY = 288
@@ -121,13 +122,16 @@ class RegionTrace:
         check_float("off_corr", self.off_corr, 0.0, 1.0, open_max=True)
 
 
-#: The paper's regions: share of time below 100 g/kWh and off-window level from STUDIES.md (the
-#: paper's traces); UTC offsets of January (the paper's runs, as its repository's excerpt); South
-#: Australia's windows are longer (its share is the largest). The rest is ours (module docstring).
+#: The paper's regions, fitted to the paper's trace (:data:`PAPER_TRACE`, :func:`window_timing`): share of
+#: time below 100 g/kWh, off-window level and the windows' centre in local time (California 12:18 and South
+#: Australia 13:25, solar; Texas 00:35, wind at night), so that the windows are staggered as in the trace;
+#: UTC offsets of January (the paper's runs). South Australia's windows are longer (its share is the
+#: largest; one 10.5-hour window in the trace). Window lengths, spread and noise are ours (module docstring).
 REGIONS = {
-    "CA": RegionTrace("CA", utc_offset_h=-8.0, share_below=0.34, off_level=443.0),
-    "TX": RegionTrace("TX", utc_offset_h=-6.0, share_below=0.38, off_level=642.0),
-    "SA": RegionTrace("SA", utc_offset_h=10.5, share_below=0.58, off_level=835.0, window_median_h=6.0),
+    "CA": RegionTrace("CA", utc_offset_h=-8.0, share_below=0.34, off_level=443.0, peak_hour_local=12.3),
+    "TX": RegionTrace("TX", utc_offset_h=-6.0, share_below=0.38, off_level=642.0, peak_hour_local=0.6),
+    "SA": RegionTrace("SA", utc_offset_h=10.5, share_below=0.58, off_level=835.0, window_median_h=6.0,
+                      peak_hour_local=13.4),
     "DE": RegionTrace("DE", utc_offset_h=1.0, share_below=0.0, off_level=752.0),
 }
 
@@ -300,6 +304,129 @@ def read_trace(path) -> xr.Dataset:
     if path.suffix.lower() in (".nc", ".nc4", ".netcdf"):
         return _read_netcdf(path)
     raise SpecError("trace", path.name, "expected a .csv or .nc file; " + TRACE_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------
+# the paper's own trace
+
+#: The paper's trace: ``evaluation/mci.csv`` of the paper's repository (github.com/exalsius/curtail-llm, read
+#: at the commit below): WattTime's 5-minute marginal operating emissions rate (gCO2/kWh) of CAISO_NORTH,
+#: SPP_TX, NEM_SA and DE from 2026-01-11 17:00 UTC to 2026-01-12 11:00 UTC (217 rows), which the
+#: repository's ``evaluation/energy_simulation.py`` replays from ``SIM_START = 2026-01-11 17:00 UTC`` for the
+#: paper's runs (``analysis/notebook.py`` integrates power times this trace for every emission the paper
+#: reports). Licence: the repository states none (no LICENSE file; README and pyproject name none) and the
+#: values are WattTime's data, so the file is not redistributed with trainscale: :func:`fetch_paper_trace`
+#: copies it into ``external/`` (git-ignored), and :func:`read_paper_trace` refuses any file whose sha256
+#: differs from the one recorded here.
+PAPER_TRACE = {
+    "repo": "exalsius/curtail-llm",
+    "commit": "017258ff2d0f83abe77264be7f958421daf81c00",
+    "path": "evaluation/mci.csv",
+    "sha256": "5f557c35977f361deac9f64ea0721efeafa95d8f7e38295010c98bd475bb21a0",
+    "start": "2026-01-11T17:00:00",
+    "columns": {"CAISO_NORTH": "CA", "SPP_TX": "TX", "NEM_SA": "SA", "DE": "DE"},
+    "licence": ("none stated by the repository (no LICENSE file); the values are WattTime data: not "
+                "redistributed, fetched by `trainscale fetch-trace` and checked by sha256"),
+}
+PAPER_TRACE_URL = ("https://raw.githubusercontent.com/{repo}/{commit}/{path}".format(**PAPER_TRACE))
+
+
+def paper_trace_path() -> Path:
+    """Where :func:`fetch_paper_trace` puts the paper's trace and :func:`read_paper_trace` looks for it:
+    ``$TRAINSCALE_EXTERNAL/curtail-llm/mci.csv``, by default ``external/`` at the checkout's root."""
+    import os
+
+    root = os.environ.get("TRAINSCALE_EXTERNAL")
+    base = Path(root) if root else Path(__file__).resolve().parents[2] / "external"
+    return base / "curtail-llm" / "mci.csv"
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def fetch_paper_trace(dest=None, git_dir=None) -> Path:
+    """Copy the paper's trace (:data:`PAPER_TRACE`) to ``dest`` (default :func:`paper_trace_path`), from a
+    local clone of the paper's repository (``git_dir``: ``git show <commit>:<path>``) or else from
+    :data:`PAPER_TRACE_URL`; the bytes must have the recorded sha256, else nothing is written. Run by hand
+    (``trainscale fetch-trace``), never by a study: studies read only local files."""
+    import subprocess
+    import urllib.request
+
+    dest = Path(dest) if dest is not None else paper_trace_path()
+    if git_dir is not None:
+        spec = f"{PAPER_TRACE['commit']}:{PAPER_TRACE['path']}"
+        done = subprocess.run(["git", "--git-dir", str(git_dir), "show", spec], capture_output=True, check=False)
+        if done.returncode:
+            raise SpecError("git_dir", str(git_dir), f"has no {spec}: {done.stderr.decode().strip()[:200]}")
+        data = done.stdout
+    else:
+        with urllib.request.urlopen(PAPER_TRACE_URL, timeout=60) as response:  # noqa: S310 - fixed https URL
+            data = response.read()
+    got = _sha256(data)
+    if got != PAPER_TRACE["sha256"]:
+        raise SpecError("sha256", got, f"expected {PAPER_TRACE['sha256']} (the paper's mci.csv at "
+                        f"{PAPER_TRACE['commit'][:10]}); nothing written")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
+    return dest
+
+
+def read_paper_trace(path=None) -> xr.Dataset:
+    """The paper's trace as a trace Dataset (sites ``CA``, ``TX``, ``SA``, ``DE``; time from 2026-01-11
+    17:00 UTC), after checking the file's sha256 against :data:`PAPER_TRACE`. A missing file raises
+    :class:`SpecError` saying how to fetch it."""
+    path = Path(path) if path is not None else paper_trace_path()
+    if not path.is_file():
+        raise SpecError("paper_trace", str(path), "no such file: run `trainscale fetch-trace` (it downloads "
+                        f"{PAPER_TRACE_URL} and checks its sha256), or `trainscale fetch-trace --git-dir "
+                        "<clone of exalsius/curtail-llm>/.git`")
+    data = path.read_bytes()
+    got = _sha256(data)
+    if got != PAPER_TRACE["sha256"]:
+        raise SpecError("paper_trace", str(path), f"sha256 {got} is not the paper's {PAPER_TRACE['sha256']}")
+    rows = list(csv.reader(data.decode().splitlines()))
+    header, body = rows[0], rows[1:]
+    if header[0] != "point_time" or set(header[1:]) != set(PAPER_TRACE["columns"]):
+        raise SpecError("header", header, f"expected point_time and {', '.join(PAPER_TRACE['columns'])}", str(path))
+    times = np.asarray([np.datetime64(r[0].split("+")[0].replace(" ", "T"), "ns") for r in body])
+    _check_times(times, str(path), 2)
+    values = np.asarray([[float(v) for v in r[1:]] for r in body])
+    ds = _trace_dataset(values, times, [PAPER_TRACE["columns"][c] for c in header[1:]])
+    ds.attrs.update({"source": f"github.com/{PAPER_TRACE['repo']} {PAPER_TRACE['path']} at {PAPER_TRACE['commit']}",
+                     "sha256": PAPER_TRACE["sha256"], "licence": PAPER_TRACE["licence"]})
+    return ds
+
+
+def window_timing(trace: xr.Dataset, threshold: float = REFERENCE_THRESHOLD,
+                  utc_offsets_h: Mapping[str, float] | None = None) -> dict:
+    r"""Each site's curtailment timing in a trace: ``share`` below ``threshold``, the ``centre_local_h`` of its
+    curtailed slots (circular mean of their local hour of day, the slot's middle; UTC offset from
+    :data:`REGIONS` unless given) and ``windows`` (start, end) in hours since the trace's start. The
+    generator's ``peak_hour_local`` of each region is this centre on the paper's trace.
+
+    .. math:: c = \frac{24}{2\pi}\,\operatorname{atan2}\Big(\sum_t \sin\frac{2\pi h_t}{24},\ \sum_t \cos\frac{2\pi h_t}{24}\Big) \bmod 24
+    """
+    offsets = dict(utc_offsets_h or {k: v.utc_offset_h for k, v in REGIONS.items()})
+    t0 = trace["time"].values[0]
+    hours_utc = ((trace["time"].values - t0.astype("datetime64[D]")) / np.timedelta64(1, "s") + SLOT_S / 2) / 3600
+    since = (trace["time"].values - t0) / np.timedelta64(1, "s") / 3600
+    out = {}
+    for site in trace["site"].values:
+        below = np.asarray(trace["intensity"].sel(site=site).values) < threshold
+        entry = {"share": float(below.mean()), "centre_local_h": float("nan"), "windows": []}
+        if below.any():
+            ang = 2 * np.pi * ((hours_utc[below] + offsets[str(site)]) % 24) / 24
+            entry["centre_local_h"] = float((np.arctan2(np.sin(ang).sum(), np.cos(ang).sum()) * 24 / (2 * np.pi)) % 24)
+            edges = np.diff(np.concatenate([[0], below.astype(np.int8), [0]]))
+            starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+            entry["windows"] = [(float(since[a]), float(since[b - 1] + SLOT_S / 3600)) for a, b in zip(starts, ends)]
+        out[str(site)] = entry
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from .kernels import mpc as K
 from .specs import SpecError
 
 __all__ = ["VARIANTS", "PAPER_PLANT", "PAPER_ADMM", "Problem", "AdmmState", "chain_plant", "build_problem",
-           "new_state", "solve_step", "closed_loop", "time_step", "initial_state", "flops_per_iteration",
+           "new_state", "solve_step", "closed_loop", "time_step", "time_once", "initial_state", "flops_per_iteration",
            "admm_numpy", "localized_qp", "centralized_qp", "trajectory"]
 
 #: the schedules of :mod:`trainscale.kernels.mpc`
@@ -329,21 +329,31 @@ def time_step(problem: Problem, x0, variant: str, threads: int = 1, repeats: int
               eps_p: float = 1e-4, eps_d: float = 1e-3, max_iter: int = 10000) -> tuple[float, int, np.ndarray]:
     """Wall time of one MPC step from a cold start (row constants and ADMM to convergence, the best of
     ``repeats``) on ``threads`` Numba threads: (seconds, iterations, predicted trajectory)."""
+    repeats = check_int("repeats", repeats, 1, 1000)
+    seconds, iterations, y = 0.0, 0, None
+    for r in range(repeats):
+        s, iterations, y = time_once(problem, x0, variant, threads, eps_p, eps_d, max_iter)
+        seconds = s if r == 0 else min(seconds, s)
+    return seconds, iterations, y
+
+
+def time_once(problem: Problem, x0, variant: str, threads: int = 1, eps_p: float = 1e-4, eps_d: float = 1e-3,
+              max_iter: int = 10000) -> tuple[float, int, np.ndarray]:
+    """One timing of an MPC step from a cold start on ``threads`` Numba threads: (seconds, iterations, predicted
+    trajectory). Callers interleave repetitions of the schedules they compare, so that a slower stretch of a
+    shared machine falls on all of them."""
     x = _state_vector(problem, x0)
     threads = check_int("threads", threads, 1, numba.config.NUMBA_NUM_THREADS)
-    repeats = check_int("repeats", repeats, 1, 1000)
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        best = np.inf
-        for _ in range(repeats):
-            state = new_state(problem, variant)
-            t0 = time.perf_counter()
-            iterations = _run(problem, x, state, eps_p, eps_d, max_iter)
-            best = min(best, time.perf_counter() - t0)
+        state = new_state(problem, variant)
+        t0 = time.perf_counter()
+        iterations = _run(problem, x, state, eps_p, eps_d, max_iter)
+        seconds = time.perf_counter() - t0
     finally:
         numba.set_num_threads(previous)
-    return best, iterations, trajectory(problem, state, x)
+    return seconds, iterations, trajectory(problem, state, x)
 
 
 def flops_per_iteration(problem: Problem) -> np.ndarray:

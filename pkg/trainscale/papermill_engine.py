@@ -57,11 +57,23 @@ def check_injected_parameters(nb) -> None:
 
 
 class EncryptedKernelManager(AsyncKernelManager):
-    """An async kernel manager that provisions CurveZMQ keys when the kernel supports them."""
+    """An async kernel manager that provisions CurveZMQ keys when the kernel supports them, and shuts an idle
+    kernel down without first interrupting it.
+
+    jupyter_client sends SIGINT before every shutdown_request; papermill shuts the kernel down after its last
+    cell, when it is idle, and a kernel still handling a late message then logs "[IPKernelApp] ERROR |
+    KeyboardInterrupt caught in kernel." into a run that succeeded (seen in ``make figures-quick``). The
+    shutdown_request alone ends an idle kernel; a kernel that does not end is still sent SIGTERM and then
+    SIGKILL (``shutdown_wait_time``). An interrupt asked for explicitly (a cell's timeout) is unchanged."""
 
     @default("transport_encryption")
     def _default_transport_encryption(self) -> str:
         return "auto"
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.shutting_down:
+            return
+        await super()._async_interrupt_kernel()
 
 
 class TrainscaleEngine(NBClientEngine):

@@ -1,4 +1,4 @@
-"""Shared figure style for the study notebooks. Plotting stays in the notebooks; this is style only."""
+"""Shared figure style for the study notebooks, and :func:`save_and_show` for figures a study module draws."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from cycler import cycler
 
-__all__ = ["apply_style", "label", "STYLE"]
+__all__ = ["apply_style", "label", "save_and_show", "STYLE"]
 
 # A colour-blind-safe cycle (Okabe & Ito 2008), then greys.
 _COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -59,3 +59,22 @@ def label(da, default: str | None = None) -> str:
     if units in (None, "", "1"):
         return str(name)
     return f"{name} [{units}]"
+
+
+def save_and_show(fig, path):
+    """Save ``fig`` with :func:`trainscale.io.save_figure` (byte-reproducible, closed) after printing each problem
+    :func:`trainscale.figurecheck.figure_problems` finds in it, and show the saved PNG in a notebook."""
+    from pathlib import Path
+
+    from . import figurecheck
+    from . import io as tsio
+
+    for problem in figurecheck.figure_problems(fig, Path(path).name):
+        print(f"figure check: {problem}")
+    path = tsio.save_figure(fig, path)
+    try:
+        from IPython.display import Image, display
+    except ImportError:  # not in IPython: the file is the figure
+        return path
+    display(Image(filename=str(path)))
+    return path

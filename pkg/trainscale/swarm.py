@@ -24,6 +24,11 @@ session: PETALS' router adds ``CACHE_PENALTY_S`` to its hops.
 two objectives: the client's inference step latency and the swarm's forward throughput (its weakest block's);
 :func:`petals_choice` is PETALS' own single point (its placement, its router).
 
+**Chain search** (:func:`chain_search`, Hakim & Hasan's search): the placement fixed (PETALS' own), NSGA-II
+over one client's chain (the sequence of servers its request passes through for the blocks; genome: one gene
+per block choosing among the servers that hold it), for the step latency and the chain's pipelined forward
+throughput (its slowest hop); PETALS' router's chain is one member of the first generation.
+
 **Offloading.** :func:`offload_rates` prices PETALS' baseline, one GPU streaming every block's weights from
 host memory for each pass.
 """
@@ -45,7 +50,8 @@ from .specs import SpecError, resolve_model, resolve_system
 
 __all__ = ["Server", "SwarmSpec", "CACHE_PENALTY_S", "server_arrays", "petals_choice", "evaluate_placement",
            "pareto_search", "fit_int8", "load_swarm", "offload_rates", "reference_evaluate", "route_costs",
-           "make_swarm", "dominates_or_equals", "CHAINS"]
+           "make_swarm", "dominates_or_equals", "CHAINS", "chain_search", "chain_genes", "chain_point",
+           "reference_chain_evaluate"]
 
 CACHE_PENALTY_S = 10.0  # PETALS' router effectively avoids a server without cache room: a large constant
 BYTES_16 = 2.0
@@ -452,3 +458,130 @@ def dominates_or_equals(front_latency, front_tput, latency: float, tput: float, 
     lat, thr = np.asarray(front_latency), np.asarray(front_tput)
     return bool(np.any((lat <= latency * (1 + rtol)) & (thr >= tput * (1 - rtol))))
 
+
+
+# --------------------------------------------------------------------------- the GA over client chains
+def _holders(a: dict, starts) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.asarray(starts, dtype=np.int64)
+    holders = np.full((a["L"], max(1, starts.size)), -1, np.int64)
+    n_holders = np.zeros(a["L"], np.int64)
+    K.block_holders(starts, a["spans"], a["L"], holders, n_holders)
+    return holders, n_holders
+
+
+def chain_genes(chain, holders: np.ndarray, L: int) -> np.ndarray:
+    """The genome of a chain given as (server, first block, end block) hops: per block, the server's index
+    among the block's holders."""
+    genes = np.zeros(L, np.int64)
+    for s, i, j in chain:
+        for k in range(i, j):
+            genes[k] = int(np.flatnonzero(holders[k] == s)[0])
+    return genes
+
+
+def chain_point(spec: SwarmSpec, chain, a: dict) -> dict:
+    """A chain's ``latency_s`` (one inference step) and ``chain_tokens_per_s`` (its pipelined forward
+    throughput: ``seq_tokens * forward_batch`` over its slowest hop, :func:`trainscale.kernels.swarm.chain_stage_s`)."""
+    if not chain:
+        return {"latency_s": math.inf, "chain_tokens_per_s": 0.0}
+    hs, hf, ht = (np.array([h[k] for h in chain], np.int64) for k in range(3))
+    lat = K.chain_time(hs, hf, ht, len(chain), a["rtt_s"], a["dec_s"], a["bw_Bps"], a["act_bytes"])
+    stage = K.chain_stage_s(hs, hf, ht, len(chain), a["fwd_s"], a["bw_Bps"], a["fwd_bytes"])
+    return {"latency_s": float(lat), "chain_tokens_per_s": float(spec.seq_tokens * spec.forward_batch / stage)}
+
+
+def reference_chain_evaluate(genes, starts, a: dict) -> tuple[float, float, int]:
+    """Plain Python of :func:`trainscale.kernels.swarm.evaluate_chains` for one genome: (step latency, slowest
+    forward stage in s, hops)."""
+    L = a["L"]
+    hops = []
+    for k in range(L):
+        held = [s for s in range(len(starts)) if starts[s] >= 0 and starts[s] <= k < starts[s] + a["spans"][s]]
+        if not held:
+            return math.inf, math.inf, 0
+        s = held[int(genes[k]) % len(held)]
+        if hops and hops[-1][0] == s and hops[-1][2] == k:
+            hops[-1][2] = k + 1
+        else:
+            hops.append([s, k, k + 1])
+    latency = sum(a["rtt_s"][s] + (j - i) * a["dec_s"][s] + 2.0 * a["act_bytes"] / a["bw_Bps"][s] for s, i, j in hops)
+    stage = max((j - i) * a["fwd_s"][s] + 2.0 * a["fwd_bytes"] / a["bw_Bps"][s] for s, i, j in hops)
+    return latency, stage, len(hops)
+
+
+def chain_search(spec: SwarmSpec, population: int = 40, generations: int = 30, seed: int = 0,
+                 arrays: dict | None = None, starts=None) -> dict:
+    """NSGA-II (pymoo) over one client's chain on a fixed placement (``starts``; PETALS' own by default), as
+    Hakim & Hasan search it: the genome is one gene per block, choosing among the servers that hold it
+    (:func:`trainscale.kernels.swarm.decode_chain`); objectives the inference step latency (minimised) and the
+    chain's pipelined forward throughput (maximised). Seeded (``seed``); the first generation is random chains
+    plus PETALS' router's chain, so the front is never worse than PETALS' route. Returns the non-dominated
+    ``latency_s``, ``chain_tokens_per_s``, ``genes`` (sorted by latency), ``evaluations`` and PETALS' own point
+    (``petals``: its ``latency_s``, ``chain_tokens_per_s``, ``chain``)."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.core.problem import Problem
+    from pymoo.operators.crossover.sbx import SBX
+    from pymoo.operators.mutation.pm import PM
+    from pymoo.operators.repair.rounding import RoundingRepair
+    from pymoo.optimize import minimize
+
+    a = arrays or server_arrays(spec)
+    population = check_int("population", population, 4, 10_000)
+    generations = check_int("generations", generations, 1, 10_000)
+    seed = check_int("seed", seed, 0)
+    L = a["L"]
+    if starts is None:
+        starts = np.empty(len(spec.servers), np.int64)
+        K.petals_placement(a["spans"], a["tput"], L, starts)
+    starts = np.asarray(starts, dtype=np.int64)
+    petals = evaluate_placement(spec, starts, a)
+    petals_pt = {**chain_point(spec, petals["chain"], a), "chain": petals["chain"]}
+    empty = {"latency_s": np.empty(0), "chain_tokens_per_s": np.empty(0), "genes": np.empty((0, L), np.int64),
+             "evaluations": 0, "petals": petals_pt}
+    if not petals["chain"]:  # a block nobody holds: no chain exists
+        return empty
+    holders, n_holders = _holders(a, starts)
+    tokens = spec.seq_tokens * spec.forward_batch
+    count = [0]
+    upper = float(n_holders.max() - 1)
+
+    class Chains(Problem):
+        def __init__(self):
+            super().__init__(n_var=L, n_obj=2, xl=np.zeros(L), xu=np.full(L, max(upper, 1.0)), vtype=int)
+
+        def _evaluate(self, x, out, *args, **kwargs):
+            pop = np.ascontiguousarray(np.rint(x).astype(np.int64))
+            res = np.empty((pop.shape[0], 3))
+            K.evaluate_chains(pop, holders, n_holders, a["rtt_s"], a["dec_s"], a["fwd_s"], a["bw_Bps"],
+                              a["act_bytes"], a["fwd_bytes"], L, res)
+            count[0] += pop.shape[0]
+            out["F"] = np.column_stack([res[:, 0], -tokens / res[:, 1]])
+
+    rng = np.random.default_rng(seed)
+    start = np.stack([_random_chain(rng, holders, n_holders) for _ in range(population)])
+    start[0] = chain_genes(petals["chain"], holders, L)  # PETALS' router's chain is one of the first generation
+    algorithm = NSGA2(pop_size=population, sampling=start.astype(float),
+                      crossover=SBX(prob=0.9, eta=15, vtype=float, repair=RoundingRepair()),
+                      mutation=PM(eta=20, vtype=float, repair=RoundingRepair()), eliminate_duplicates=True)
+    res = minimize(Chains(), algorithm, ("n_gen", generations), seed=seed, verbose=False)
+    F = np.atleast_2d(res.F)
+    X = np.atleast_2d(res.X).astype(np.int64) % np.maximum(n_holders, 1)  # the gene as decoded
+    _, first = np.unique(F, axis=0, return_index=True)  # genomes decoding to the same point: one of them
+    F, X = F[first], X[first]
+    order = np.lexsort((F[:, 1], F[:, 0]))
+    return {"latency_s": F[order, 0], "chain_tokens_per_s": -F[order, 1], "genes": X[order],
+            "evaluations": count[0], "petals": petals_pt}
+
+
+def _random_chain(rng: np.random.Generator, holders: np.ndarray, n_holders: np.ndarray) -> np.ndarray:
+    """A random chain with few hops: stay on the current server while it holds the next block, else move to a
+    random holder of it."""
+    L = n_holders.size
+    genes = np.zeros(L, np.int64)
+    current = -1
+    for k in range(L):
+        held = holders[k, :n_holders[k]]
+        if current not in held:
+            current = int(held[rng.integers(0, held.size)])
+        genes[k] = int(np.flatnonzero(held == current)[0])
+    return genes

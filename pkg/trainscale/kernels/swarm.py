@@ -175,3 +175,70 @@ def evaluate_many(population, spans, rtt_s, dec_s, bw_Bps, hop_s, rtt_weight, tp
         out[p, 0] = lat
         out[p, 1] = thr
         out[p, 2] = uncovered_blocks(population[p], spans, L)
+
+
+# --------------------------------------------------------------------------- client chains (the GA's genome)
+# Hakim & Hasan (arXiv 2510.11211) search a client's chain of servers, the placement fixed. A chain is written
+# as one gene per block: gene ``g_k`` picks server ``holders[k, g_k mod n_k]`` among the ``n_k`` servers holding
+# block ``k``; consecutive blocks on the same server form one hop. Every genome is a valid chain.
+
+
+@njit(cache=True)
+def block_holders(starts, spans, L, holders, n_holders):
+    """``holders[k, :n_holders[k]]``: the servers holding block ``k``, by index."""
+    for k in range(L):
+        n_holders[k] = 0
+    for s in range(starts.shape[0]):
+        if starts[s] < 0:
+            continue
+        for k in range(starts[s], min(L, starts[s] + spans[s])):
+            holders[k, n_holders[k]] = s
+            n_holders[k] += 1
+
+
+@njit(cache=True)
+def decode_chain(genes, holders, n_holders, L, hop_server, hop_from, hop_to):
+    """The hops of the chain a genome encodes; returns their number (0 when a block has no holder)."""
+    n = 0
+    for k in range(L):
+        if n_holders[k] == 0:
+            return 0
+        s = holders[k, genes[k] % n_holders[k]]
+        if n > 0 and hop_server[n - 1] == s and hop_to[n - 1] == k:
+            hop_to[n - 1] = k + 1
+        else:
+            hop_server[n] = s
+            hop_from[n] = k
+            hop_to[n] = k + 1
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def chain_stage_s(hop_server, hop_from, hop_to, n_hops, per_block_s, bw_Bps, fwd_bytes):
+    """The slowest hop of a chain in a pipelined parallel forward pass: ``max_hops (j - i) f_s + 2 b / B_s``
+    (the RTT is hidden by pipelining; compute and the relayed transfer are not)."""
+    worst = 0.0
+    for h in range(n_hops):
+        s = hop_server[h]
+        t = (hop_to[h] - hop_from[h]) * per_block_s[s] + 2.0 * fwd_bytes / bw_Bps[s]
+        if t > worst:
+            worst = t
+    return worst
+
+
+@njit(cache=True)
+def evaluate_chains(population, holders, n_holders, rtt_s, dec_s, fwd_s, bw_Bps, act_bytes, fwd_bytes, L, out):
+    """``out[p] = (step latency, slowest forward stage in s, hops)`` of every chain (row of genes) of
+    ``population``; latency ``INF`` when the chain does not cover the model."""
+    hs = np.empty(L, dtype=np.int64)
+    hf = np.empty(L, dtype=np.int64)
+    ht = np.empty(L, dtype=np.int64)
+    for p in range(population.shape[0]):
+        n = decode_chain(population[p], holders, n_holders, L, hs, hf, ht)
+        if n == 0:
+            out[p, 0], out[p, 1], out[p, 2] = INF, INF, 0.0
+            continue
+        out[p, 0] = chain_time(hs, hf, ht, n, rtt_s, dec_s, bw_Bps, act_bytes)
+        out[p, 1] = chain_stage_s(hs, hf, ht, n, fwd_s, bw_Bps, fwd_bytes)
+        out[p, 2] = n

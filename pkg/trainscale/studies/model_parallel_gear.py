@@ -245,3 +245,96 @@ def compare(folder) -> list[comparison.Record]:
             sweep=gear_async.values.ravel(),
             note="a diverged asynchronous run counts as infinite loss (ratio 0); " + NO_NUMBERS),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
+
+#: a mean loss above this multiple of the largest initial loss is a diverged run: cut from there on
+DIVERGED_FACTOR = 3.0
+_LINESTYLE = {"synchronous": "-", "gear": "--", "asynchronous": ":"}
+
+
+def _cut_diverged(curve: np.ndarray, ceiling: float) -> np.ndarray:
+    """``curve`` with NaN from its first value above ``ceiling`` (or non-finite) on."""
+    bad = ~np.isfinite(curve) | (curve > ceiling)
+    return np.where(np.cumsum(bad) > 0, np.nan, curve)
+
+
+def _diverged_note(ax, names: list[str]) -> None:
+    if names:
+        ax.text(0.98, 0.97, "diverged (loss > {:g}x start), not drawn:\n".format(DIVERGED_FACTOR) + "\n".join(names),
+                transform=ax.transAxes, ha="right", va="top", fontsize=6.5, color="0.35")
+
+
+def draw_convergence(folder):
+    """Held-out loss (mean over seeds) against steps, one panel per learning rate; runs cut where they diverge."""
+    import matplotlib.pyplot as plt
+
+    tr = tsio.read_dataset(Path(folder) / "training.nc")
+    mean = tr["loss"].mean("seed")
+    ceiling = DIVERGED_FACTOR * float(tr["loss"].isel(step=0).max())
+    fig, axes = plt.subplots(1, tr.sizes["lr"], figsize=(4.2 * tr.sizes["lr"], 3.8), squeeze=False, sharey=True)
+    for ax, lr in zip(axes[0], tr["lr"].values):
+        diverged = []
+        for m, name in enumerate(tr["schedule"].values):
+            y = _cut_diverged(mean.sel(lr=lr, schedule=name).values, ceiling)
+            if np.isfinite(y).sum() < 2:
+                diverged.append(str(name))
+                continue
+            ax.semilogy(tr["step"].values, y, _LINESTYLE[str(tr["kind"].values[m])], color=f"C{m % 10}",
+                        label=str(name))
+        _diverged_note(ax, diverged)
+        ax.set_title(f"lr {lr:g}")
+        ax.set_xlabel("step")
+    axes[0, 0].set_ylabel("held-out loss (mean over seeds)")
+    fig.legend(*_unique_handles(axes[0]), loc="outside right upper", fontsize=7)
+    return fig
+
+
+def _unique_handles(axes) -> tuple[list, list]:
+    handles, labels = [], []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    return handles, labels
+
+
+def draw_equal_time(folder):
+    """Each method's loss against its wall time at the middle learning rate, one panel per bandwidth (asynchronous
+    SGD at the staleness its overlap implies there, named in the panel's own legend); dotted: the budget."""
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    tr, wt = tsio.read_dataset(folder / "training.nc"), tsio.read_dataset(folder / "walltime.nc")
+    mean = tr["loss"].mean("seed")
+    ceiling = DIVERGED_FACTOR * float(tr["loss"].isel(step=0).max())
+    lr_mid = float(tr["lr"].values[len(tr["lr"]) // 2])
+    n = wt.sizes["bandwidth_GBps"]
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    for ax, bw in zip(axes[0], wt["bandwidth_GBps"].values):
+        diverged, budget = [], float(wt["budget_s"].sel(bandwidth_GBps=bw))
+        for s, name in enumerate(wt["schedule"].values):
+            run = f"asynchronous tau={int(wt['async_delay'].sel(bandwidth_GBps=bw))}" if name == "asynchronous" \
+                else str(name)
+            y = _cut_diverged(mean.sel(lr=lr_mid, schedule=run).values, ceiling)
+            if np.isfinite(y).sum() < 2:
+                diverged.append(run)
+                continue
+            t = tr["step"].values * float(wt["step_s"].sel(bandwidth_GBps=bw, schedule=name))
+            shown = t <= 1.2 * budget
+            ax.semilogy(t[shown], y[shown], color=f"C{s}", label=run)
+        ax.axvline(budget, color="0.4", ls=":", lw=1, label="budget")
+        ax.set_xlim(0, 1.2 * budget)
+        _diverged_note(ax, diverged)
+        ax.set_title(f"{bw:g} GB/s")
+        ax.set_xlabel("wall time (s)")
+        ax.legend(fontsize=6.5, loc="upper right")
+    axes[0, 0].set_ylabel(f"held-out loss (lr {lr_mid:g})")
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"convergence.png": draw_convergence, "equal_time.png": draw_equal_time}

@@ -134,3 +134,27 @@ def compare(folder) -> list[comparison.Record]:
                                "and rho"), free_parameter="alpha, damage, unevenness, rho",
             sweep=ratio[var].values.ravel()))
     return records
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
+
+def draw_inference(folder):
+    """Decode time, FLOPs and weights of each pruned size: one panel each, the quantity as the panel's title
+    (wrapped) and its unit on the axis, so that no label runs off the figure."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    costs = tsio.read_dataset(Path(folder) / "inference.nc")
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.3))
+    for ax, var in zip(axes, ("decode_s", "flops_per_token", "weights_GiB")):
+        ax.bar(costs["size"].values, costs[var].values)
+        ax.set_title("\n".join(textwrap.wrap(costs[var].attrs["long_name"], 34)), fontsize=9)
+        ax.set_ylabel(costs[var].attrs["units"])
+        ax.set_xlabel("model size")
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"inference.png": draw_inference}

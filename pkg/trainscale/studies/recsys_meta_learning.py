@@ -340,3 +340,51 @@ def _scaling_records(sc, q) -> list[comparison.Record]:
               + ", ".join(f"{r:g}" for r in rows) + " rows (NaN: never up to "
               f"{int(sc['gpus'].max())}; data-parallel does not fit counts as a hybrid win); " + NOT_READ)))
     return recs
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
+
+def draw_training(folder):
+    """Training query loss per outer step; rows exchanged per step by the hybrid all-to-alls; held-out query loss
+    before and after the inner loop (points joined per variant: a loss axis need not start at 0, bars would)."""
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    tr, eq = tsio.read_dataset(folder / "training.nc"), tsio.read_dataset(folder / "equivalence.nc")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    window = max(1, tr.sizes["step"] // 20)
+    for v, variant in enumerate(tr["variant"].values):
+        curve = tr["query_loss"].sel(variant=variant).mean("seed").rolling(step=window, min_periods=1).mean()
+        axes[0].plot(tr["step"].values, curve.values, color=f"C{v}", label=str(variant))
+    axes[0].set_xlabel("outer step")
+    axes[0].set_ylabel(f"training query loss (nats, mean of {window} steps)")
+    axes[0].legend(fontsize=8)
+    workers = eq["workers"].values
+    for k, kind in enumerate(eq["exchange"].values):
+        axes[1].bar(np.arange(len(workers)) + 0.27 * (k - 1), eq["remote_rows"].sel(exchange=kind).values, 0.27,
+                    label=str(kind))
+    axes[1].set_xticks(np.arange(len(workers)), [str(int(w)) for w in workers])
+    axes[1].set_xlabel("workers")
+    axes[1].set_ylabel("rows between workers per step")
+    axes[1].set_title(f"hybrid all-to-alls; max |hybrid - DP| = {float(eq['max_rel_diff'].max()):.1e}", fontsize=9)
+    axes[1].legend(fontsize=7)
+    _adaptation_panel(axes[2], tr)
+    return fig
+
+
+def _adaptation_panel(ax, tr: xr.Dataset) -> None:
+    x = np.arange(tr.sizes["variant"])
+    before = tr["heldout_loss_unadapted"].mean("seed").values
+    after = tr["heldout_loss"].mean("seed").values
+    ax.vlines(x, np.minimum(before, after), np.maximum(before, after), color="0.75", lw=2, label="inner-loop change")
+    ax.plot(x, before, "o", color="0.45", ms=7, label="not adapted")
+    ax.plot(x, after, "o", color="C2", ms=7, label="adapted (inner loop)")
+    ax.set_xticks(x, [str(v) for v in tr["variant"].values], fontsize=8)
+    ax.set_xlim(-0.6, len(x) - 0.4)
+    ax.set_ylabel("held-out query loss (nats, mean over seeds)")
+    ax.legend(fontsize=7)
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"training.png": draw_training}

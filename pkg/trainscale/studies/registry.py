@@ -13,7 +13,10 @@ declares
 * optionally ``MEASURED``: those of ``OUTPUTS`` that hold wall-clock timings of the machine that ran it
   (distributed-mpc's speed-ups are measured side by side in one run, as its paper's are): they differ from run
   to run, so the byte-identical rerun test leaves them out; every other output regenerates byte for byte;
-* ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.comparison`) from the saved datasets.
+* ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.comparison`) from the saved datasets;
+* optionally ``FIGURES``: ``{file name: draw(folder) -> matplotlib Figure}`` for those of its figures a function
+  draws from the saved datasets alone (the notebook saves what it returns): ``trainscale verify`` redraws each
+  from the committed datasets, checks it (:mod:`trainscale.figurecheck`) and that the committed PNG is its bytes.
 
 From these, ``workflow/rules/studies.smk`` generates one rule per study (outputs: ``OUTPUTS`` plus
 ``comparison.csv``), :func:`validate_config` checks each study's parameters against its schema, and
@@ -51,6 +54,11 @@ class StudyInfo:
     resources: Mapping[str, int]
     input_folder_parameters: tuple[str, ...]
     measured: tuple[str, ...] = ()
+    figures: Mapping[str, Callable] = None
+
+    def __post_init__(self):
+        if self.figures is None:
+            object.__setattr__(self, "figures", {})
 
     @property
     def notebook(self) -> str:
@@ -101,7 +109,11 @@ def load(study: str) -> StudyInfo:
     measured = tuple(getattr(module, "MEASURED", ()))
     if any(m not in outputs for m in measured):
         raise ConfigError(f"study {study!r}: MEASURED = {measured!r} must be among its OUTPUTS")
-    return StudyInfo(study, module, str(module.PAPER), outputs, resources, folders, measured)
+    figures = dict(getattr(module, "FIGURES", {}))
+    if any(name not in outputs or not name.endswith(".png") or not callable(draw) for name, draw in figures.items()):
+        raise ConfigError(f"study {study!r}: FIGURES = {sorted(figures)!r} must map PNG files of its OUTPUTS to "
+                          f"functions of the output folder")
+    return StudyInfo(study, module, str(module.PAPER), outputs, resources, folders, measured, figures)
 
 
 def load_all(studies) -> list[StudyInfo]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
+from .. import comparison, figurecheck, plotting
 from .. import io as tsio
 from .. import surveymap
 from ..io import provenance
@@ -87,3 +87,103 @@ def _by_stage(ds: xr.Dataset):
     seen = list(dict.fromkeys(ds["stage"].values.astype(str)))
     for stage in seen:
         yield stage, ds.isel(area=np.flatnonzero(ds["stage"].values == stage))
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
+
+def draw_survey_map(folder):
+    """The survey's areas (rows) against the studies (columns): techniques of the area each study models, the
+    areas no study covers shaded, the studies outside the survey greyed."""
+    import matplotlib.pyplot as plt
+
+    ds = tsio.read_dataset(Path(folder) / "survey_map.nc")
+    STAGE_COLORS = _stage_colors(ds)
+    areas, studies = ds["area"].values.astype(str), ds["study"].values.astype(str)
+    n_a, n_s = len(areas), len(studies)
+    fig, ax = plt.subplots(figsize=(11, 0.36 * n_a + 2.8), layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.1, h_pad=0.1)  # the longest labels keep clear of the edges
+    ax.grid(False)
+    for i, area in enumerate(areas):
+        stage = str(ds["stage"].values[i])
+        if int(ds["studies_per_area"].values[i]) == 0:
+            ax.axhspan(i - 0.5, i + 0.5, color="#D55E00", alpha=0.12, lw=0)
+        for j, s in enumerate(studies):
+            k = int(ds["techniques_modelled"].values[i, j])
+            if k:
+                ax.scatter(j, i, s=90 + 40 * k, marker="s", color=STAGE_COLORS[stage], zorder=3)
+                ax.text(j, i, str(k), ha="center", va="center", color="white", fontsize=7, zorder=4)
+        covered, listed = int(ds["techniques_covered"].values[i]), int(ds["techniques_listed"].values[i])
+        gap = int(ds["studies_per_area"].values[i]) == 0
+        ax.text(n_s - 0.2, i, f"{covered}/{listed}" + ("  gap" if gap else ""), va="center", fontsize=8,
+                color="#D55E00" if gap else "0.2", fontweight="bold" if gap else "normal")
+    for j, s in enumerate(studies):
+        if int(ds["outside"].values[j]):
+            ax.axvspan(j - 0.5, j + 0.5, color="0.85", alpha=0.6, lw=0)
+    stages = ds["stage"].values.astype(str)
+    for i in range(1, n_a):
+        if stages[i] != stages[i - 1]:
+            figurecheck.guide(ax.axhline(i - 0.5, color="0.4", lw=0.8))  # between stages
+    ax.set_yticks(np.arange(n_a), [f"{stages[i]}: {t}" for i, t in enumerate(ds["title"].values.astype(str))])
+    for tick, stage in zip(ax.get_yticklabels(), stages):
+        tick.set_color(STAGE_COLORS[stage])
+    ax.set_xticks(np.arange(n_s), [s + (" (outside)" if int(o) else "") for s, o in zip(studies, ds["outside"].values)],
+                  rotation=90)
+    for tick, o in zip(ax.get_xticklabels(), ds["outside"].values):
+        if int(o):
+            tick.set_color("0.5")
+    ax.set_xlim(-0.6, n_s + 2.2)
+    ax.set_ylim(-0.5, n_a - 0.5)
+    figurecheck.invert_on_purpose(ax, "y")  # the survey's order, top to bottom
+    ax.set_title("The survey's areas and the studies that model them (cell: techniques of the area modelled; "
+                 "right: covered / listed)", fontsize=9)
+    return fig
+
+
+def _stage_colors(ds: xr.Dataset) -> dict:
+    return dict(zip(list(dict.fromkeys(ds["stage"].values.astype(str))), ["#0072B2", "#E69F00", "#009E73", "#CC79A7"]))
+
+
+def draw_techniques(folder):
+    """Studies modelling each technique of the survey (bars coloured by stage, a cross for a gap), grouped by area."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    ds = tsio.read_dataset(Path(folder) / "survey_map.nc")
+    STAGE_COLORS = _stage_colors(ds)
+    areas, stages = ds["area"].values.astype(str), ds["stage"].values.astype(str)
+    names = ds["technique_name"].values.astype(str)
+    tech_area = ds["technique_area"].values.astype(str)
+    count = ds["studies_per_technique"].values
+    title_of = dict(zip(areas, ds["title"].values.astype(str)))
+    stage_of = dict(zip(areas, stages))
+    y = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(8, 0.16 * len(names) + 1.2), layout="constrained")
+    ax.grid(True, axis="x")
+    ax.grid(False, axis="y")
+    colors = [STAGE_COLORS[stage_of[a]] for a in tech_area]
+    ax.barh(y, count, color=colors, height=0.7)
+    zero = count == 0
+    ax.plot(np.zeros(zero.sum()), y[zero], "x", color="#D55E00", ms=5, mew=1.5)
+    ax.set_yticks(y, [f"{n}" for n in names], fontsize=6.5)
+    for i in range(1, len(names)):
+        if tech_area[i] != tech_area[i - 1]:
+            figurecheck.guide(ax.axhline(i - 0.5, color="0.7", lw=0.6))  # between areas
+    for a in areas:
+        rows = np.flatnonzero(tech_area == a)
+        ax.text(count.max() + 0.3, rows.mean(), title_of[a], va="center", ha="left", fontsize=7,
+                color=STAGE_COLORS[stage_of[a]])
+    ax.set_xlim(-0.4, count.max() + 5.5)
+    ax.set_ylim(-0.5, len(names) - 0.5)
+    figurecheck.invert_on_purpose(ax, "y")  # the survey's order, top to bottom
+    ax.set_xlabel(plotting.label(ds["studies_per_technique"]))
+    ax.set_xticks(np.arange(0, count.max() + 1, 2))
+    handles = [Patch(color=c, label=s) for s, c in STAGE_COLORS.items()]
+    handles.append(Line2D([], [], ls="none", marker="x", color="#D55E00", mew=1.5, label="no study (gap)"))
+    ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(0.6, 0.01), title="stage")
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"survey_map.png": draw_survey_map, "techniques.png": draw_techniques}

@@ -418,6 +418,8 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
             "dp": ("run", np.array([m.run.plan.dp for m in runs], dtype=np.int64)),
             "global_batch": ("run", np.array([m.run.plan.global_batch for m in runs], dtype=np.int64)),
             "stack": ("run", [m.run.plan.stack for m in runs]),
+            "precision": ("run", [m.run.plan.precision for m in runs]),
+            "kind": ("run", ["moe" if m.run.model.is_moe else "dense" for m in runs]),
             "generation": ("run", [m.run.system.generation for m in runs]),
             "fitted": ("run", np.array([m.dataset not in NOT_FITTED for m in runs])),
         },
@@ -468,6 +470,19 @@ def plan_ranking(ds: xr.Dataset, min_plans: int = MIN_PLANS) -> pd.DataFrame:
                      str(runs[pick]), str(runs[best]), 100.0 * (measured[pick] / measured[best] - 1.0)))
     return pd.DataFrame(rows, columns=["dataset", "model", "gpus", "plans", "spearman", "model_pick",
                                        "measured_best", "regret_%"])
+
+
+def parity_by_precision(ds: xr.Dataset) -> pd.DataFrame:
+    """One row per (dataset, precision, dense / MoE) group of :func:`validation_dataset`: runs, MAPE and
+    worst absolute percentage error, in-sample (the stored fit)."""
+    keys = list(zip(ds["dataset"].values.tolist(), ds["precision"].values.tolist(), ds["kind"].values.tolist()))
+    ape = 100 * np.abs(ds["rel_error"].values)
+    rows = []
+    for key in dict.fromkeys(keys):
+        sel = np.array([k == key for k in keys])
+        rows.append({"dataset": key[0], "precision": key[1], "kind": key[2], "runs": int(sel.sum()),
+                     "MAPE_%": float(ape[sel].mean()), "worst_APE_%": float(ape[sel].max())})
+    return pd.DataFrame(rows)
 
 
 def summary(ds: xr.Dataset) -> pd.DataFrame:

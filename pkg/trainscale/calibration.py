@@ -48,6 +48,10 @@ def parameter_keys(runs: Sequence[MeasuredRun]) -> list[tuple[str, str, str]]:
     cal = catalog.calibration()
     keys = [("generations", g, n) for g in sorted({m.run.system.generation for m in runs})
             for n in perfmodel.GENERATION_FITTED]
+    # the low-precision GEMM factor only where a generation has FP8 / MXFP8 / NVFP4 runs (issue 36)
+    keys += [("generations", g, n) for g in sorted({m.run.system.generation for m in runs
+                                                    if m.run.plan.precision != "bf16"})
+             for n in perfmodel.PRECISION_FITTED]
     for stack in sorted({m.run.plan.stack for m in runs}):
         for name in perfmodel.STACK_FITTED:
             spec = cal["stacks"][stack]["fitted"][name]

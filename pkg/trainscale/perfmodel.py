@@ -49,7 +49,9 @@ def model_vector(model: ModelSpec) -> np.ndarray:
         vec[K.M_PARAMS_EXPERTS] = model.expert_params_per_layer()
     vec[K.M_ROTARY] = 1.0 if model.rotary else 0.0
     vec[K.M_PARAMS_EMBED] = model.vocab * h + model.position_params()
-    vec[K.M_PARAMS_HEAD] = model.params() - model.layers * model.params_per_layer() - vec[K.M_PARAMS_EMBED]
+    vec[K.M_PARAMS_HEAD] = model.params() - model.layer_params() - vec[K.M_PARAMS_EMBED]
+    vec[K.M_HEAD_DIM] = model.kv_channels
+    vec[K.M_SHARED_FFN] = model.shared_ffn_width
     vec[K.M_TENSORS_LAYER] = model.weight_matrices_per_layer()
     return vec
 
@@ -75,8 +77,10 @@ def system_vector(system: SystemSpec) -> np.ndarray:
 
 
 GENERATION_FITTED = ("gemm_peak_efficiency", "network_efficiency")
+# per generation, fitted only where a generation has low-precision runs (trainscale.calibration.parameter_keys)
+PRECISION_FITTED = ("lowp_gemm_efficiency",)
 STACK_FITTED = ("compute_efficiency", "layer_host_s", "zero3_fetch_s", "elementwise_traffic")
-FITTED = GENERATION_FITTED + STACK_FITTED
+FITTED = GENERATION_FITTED + PRECISION_FITTED + STACK_FITTED
 # fixed common values an override may also replace (a sensitivity sweep, or a module that prices the
 # effect itself: trainscale.overlap computes the contention of overlapped collectives per run)
 COMMON_OVERRIDABLE = ("overlap_compute_slowdown",)
@@ -119,7 +123,7 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
     fitted = catalog.fitted_calibration() if fitted is None else fitted
     stack_start = {name: spec["fitted"] for name, spec in cal["stacks"].items()}
     params = {name: _carried(gens, generation, fitted.get("generations", {}), name, cal["fitted"])
-              for name in GENERATION_FITTED}
+              for name in GENERATION_FITTED + PRECISION_FITTED}
     params.update({name: _carried(cal["stacks"], stack, fitted.get("stacks", {}), name, stack_start)
                    for name in STACK_FITTED})
     for name, value in (overrides or {}).items():
@@ -186,16 +190,54 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_OVERLAP_SLOWDOWN] = float((overrides or {}).get("overlap_compute_slowdown",
                                                             common["overlap_compute_slowdown"]["value"]))
     vec[K.C_ATTN_BWD_EFF] = common["attention_backward_efficiency"]["value"]
+    vec[K.C_LINEAR_SPEEDUP] = 1.0  # bf16; a plan's precision: plan_calibration_vector
     return vec
+
+
+def low_precision_peak(system: SystemSpec, precision: str) -> float:
+    """The dense tensor-core peak (FLOP/s) of ``precision`` on ``system``: bf16's, FP8's (also MXFP8's:
+    the same tensor-core rate on Blackwell), or FP4's for NVFP4 (``peak_flops_fp4`` in systems.yaml)."""
+    if precision == "bf16":
+        return system.peak_flops_bf16
+    peak = system.peak_flops_fp4 if precision == "nvfp4" else system.peak_flops_fp8
+    if peak is None:
+        raise SpecError("plan.precision", precision, f"{system.name} has no {precision} peak in systems.yaml; "
+                        "valid: bf16" + (", fp8" if system.peak_flops_fp8 else ""))
+    return peak
+
+
+def precision_slots(vec: np.ndarray, system: SystemSpec, precision: str, recipe: str, relative_efficiency: float,
+                    ) -> None:
+    r"""Write a plan's precision into its calibration vector (in place); bf16 leaves it untouched.
+
+    The linear layers' GEMMs run at the low-precision peak ``P_lp`` with the bf16 efficiency of their
+    shape times ``rho``, the generation's fitted ``lowp_gemm_efficiency`` (scale management, the
+    tensor-core pipeline and the narrower operands keep a low-precision GEMM from doubling bf16's rate):
+    ``C_LINEAR_SPEEDUP = rho P_lp / P_bf16``. The recipe's HBM bytes to quantize each activation element,
+    each weight, and the low-precision weight copies held come from ``precision_recipes`` in
+    calibration.yaml (counted from Transformer Engine's kernels, not fitted)."""
+    if precision == "bf16":
+        return
+    spec = catalog.calibration()["common"]["precision_recipes"][recipe]
+    vec[K.C_LINEAR_SPEEDUP] = relative_efficiency * low_precision_peak(system, precision) / system.peak_flops_bf16
+    vec[K.C_CAST_BYTES] = spec["cast_bytes_per_element"]
+    vec[K.C_WEIGHT_CAST_BYTES] = spec["weight_cast_bytes_per_param"]
+    vec[K.C_LP_WEIGHT_BYTES] = spec["weight_copy_bytes_per_param"]
 
 
 def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
                             calibration: Mapping[str, float] | None = None) -> np.ndarray:
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
     own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``,
-    ``tp_async_backward``)."""
-    return calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
-                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
+    ``tp_async_backward``, ``precision`` and ``fp8_recipe``, ``custom_pipeline_layout``)."""
+    vec = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
+                             plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
+    if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
+        vec[K.C_EVEN_SPLIT] = 0.0
+    if plan.precision != "bf16":
+        rho = calibration_parameters(system.generation, calibration, plan.stack)["lowp_gemm_efficiency"]
+        precision_slots(vec, system, plan.precision, plan.recipe, rho)
+    return vec
 
 
 def plan_fields(plan: PlanSpec) -> tuple:
@@ -274,15 +316,47 @@ class Prediction:
         return out
 
 
-def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
-    """The kernel's result vector (layout ``O_*``) of one plan, pipeline in closed form."""
+def dense_layer_model(model: ModelSpec) -> ModelSpec:
+    """One of a MoE model's leading dense layers as a dense model of the same shape (its FFN
+    ``dense_ffn_hidden`` wide), for pricing that layer."""
+    import dataclasses
+    return dataclasses.replace(model, experts=1, top_k=1, capacity_factor=1.0, shared_experts=0,
+                               shared_expert_ffn_hidden=0, dense_layers=0,
+                               ffn_hidden=model.dense_ffn_hidden or model.ffn_hidden)
+
+
+def mixed_layer_vectors(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray):
+    r"""(model vector, layer costs) of ``plan``: for a MoE model with ``d`` leading dense layers of ``L``,
+    the layer every stage is priced with is the layer-weighted mean of the two kinds,
+
+    .. math:: c = \frac{(L - d)\, c_\mathrm{MoE} + d\, c_\mathrm{dense}}{L}
+
+    for every per-layer time, FLOP count and byte count (and the per-layer parameters in the model
+    vector), so the whole model's work is exact and each stage holds its share of the dense layers
+    (where the stack puts them, on the first stage, is not modelled). Otherwise the layer as it is."""
     mvec, svec = model_vector(model), system_vector(system)
     (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
     lc = np.empty(K.L_SIZE)
-    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
+    layer_costs(mvec, svec, calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo, plan.etp)
+    if model.is_moe and model.dense_layers:
+        dense = dense_layer_model(model)
+        dvec = model_vector(dense)
+        lc_dense = np.empty(K.L_SIZE)
+        layer_costs(dvec, svec, calib, tp, cp, mb, rc, sp, flash, lc_dense, 1, tpo, 0)
+        share = model.dense_layers / model.layers
+        lc = (1.0 - share) * lc + share * lc_dense
+        mvec[K.M_PARAMS_LAYER] = (1.0 - share) * mvec[K.M_PARAMS_LAYER] + share * dvec[K.M_PARAMS_LAYER]
+        mvec[K.M_PARAMS_EXPERTS] = (1.0 - share) * mvec[K.M_PARAMS_EXPERTS]
+    return mvec, svec, lc
+
+
+def plan_vector(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
+    """The kernel's result vector (layout ``O_*``) of one plan, pipeline in closed form."""
+    (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
+    mvec, svec, lc = mixed_layer_vectors(model, system, plan, calib)
     out = np.empty(K.O_SIZE)
     plan_costs(mvec, svec, calib, lc, plan.gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
-               per_tensor, out, ep, *plan_split(plan))
+               per_tensor, out, ep, *plan_split(plan), plan.etp)
     return out
 
 
@@ -422,9 +496,7 @@ def collective_time_s(system, kind: str, nbytes: float, ranks: int, stride: int 
 def _layer_costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:
     """One transformer layer's costs (layout ``L_*``) for one micro-batch of ``plan`` on one GPU."""
     (tp, pp, dp, cp, v, mb, gb, rc, sp, zero, shard, overlap, flash, per_tensor, ep, tpo) = plan_fields(plan)
-    lc = np.empty(K.L_SIZE)
-    layer_costs(model_vector(model), system_vector(system), calib, tp, cp, mb, rc, sp, flash, lc, ep, tpo)
-    return lc
+    return mixed_layer_vectors(model, system, plan, calib)[2]
 
 
 def layer_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] | None = None) -> dict:

@@ -30,6 +30,14 @@ FFN_TYPES = ("gelu", "swiglu")
 POSITION_EMBEDDINGS = ("learned", "rotary", "alibi")
 # how a code base applies rotary embeddings (HBM bytes and kernels of each: data/calibration.yaml, rotary_kernels)
 ROTARY_KERNELS = ("fused", "complex", "matrix", "rotate_half")
+# number format of the linear layers' GEMMs (attention, norms, router, embedding and output layer stay in
+# bf16), and the scaling recipe of each low-precision format (the first is the default): per-tensor
+# scales from an amax history (delayed), from the tensor itself (current), per 128-element blocks
+# (blockwise, DeepSeek-V3's 1x128 activations / 128x128 weights), or the formats' own block scales
+# (mxfp8: 32-element blocks with E8M0 scales; nvfp4: 16-element blocks with E4M3 scales and a tensor scale)
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+FP8_RECIPES = {"bf16": ("none",), "fp8": ("current", "delayed", "blockwise"), "mxfp8": ("mxfp8",),
+               "nvfp4": ("nvfp4",)}
 
 
 INT_MAX = 2**40  # every count (GPUs, batch, widths) stays far inside the kernels' 64-bit integers
@@ -37,7 +45,9 @@ INT_LIMITS = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "kv_heads": 2*
               "vocab": 2**24, "seq_len": 2**24, "experts": 2**16, "top_k": 2**16, "sm_count": 100_000,
               "gpus_per_node": 100_000, "scale_up_domain": 2**24, "scale_out_leaf_gpus": 2**30,
               "tp": 2**20, "pp": 2**20, "cp": 2**20, "dp": 2**30, "interleave": 2**16, "micro_batch": 2**24,
-              "shard_group": 2**30, "ep": 2**16, "gpus": 2**30}
+              "shard_group": 2**30, "ep": 2**16, "gpus": 2**30, "etp": 2**20, "kv_channels": 2**16,
+              "shared_experts": 2**16, "shared_expert_ffn_hidden": 2**22, "dense_layers": 100_000,
+              "dense_ffn_hidden": 2**22}
 
 
 def _int(d: Mapping, key: str, where: str | None, default=None, minimum: int = 1) -> int:
@@ -124,6 +134,12 @@ class ModelSpec:
     routed tokens (the compute is padded to that capacity). The defaults (1 expert, top-1,
     capacity 1.0) are the dense model.
 
+    ``kv_channels`` (Megatron-Core's name; 0: ``hidden / heads``) is the width of one attention head where a
+    model sets it apart from the hidden size (Qwen3: 128 with hidden 4096 and 64 heads; GPT-OSS: 64). ``shared_experts``
+    FFNs of width ``shared_expert_ffn_hidden`` (0: ``ffn_hidden``) run on every token of a MoE layer beside
+    the routed ones (DeepSeek-V3: 1). The first ``dense_layers`` layers of a MoE model are dense, with FFN
+    width ``dense_ffn_hidden`` (0: ``ffn_hidden``; DeepSeek-V3: 3 layers of 18432).
+
     ``position_embedding`` is ``learned``, ``rotary`` or ``alibi``; left blank it follows the FFN's
     convention (``gelu``: GPT's learned table of ``seq_len x hidden``; ``swiglu``: Llama's rotary
     embeddings, applied to every layer's queries and keys and priced as the stack's element-wise
@@ -145,6 +161,26 @@ class ModelSpec:
     top_k: int = 1
     capacity_factor: float = 1.0
     position_embedding: str = ""
+    kv_channels: int = 0
+    shared_experts: int = 0
+    shared_expert_ffn_hidden: int = 0
+    dense_layers: int = 0
+    dense_ffn_hidden: int = 0
+
+    @property
+    def query_width(self) -> int:
+        """Width of the queries (and of the attention output): hidden, or heads x head_dim."""
+        return self.heads * self.kv_channels if self.kv_channels else self.hidden
+
+    @property
+    def shared_ffn_width(self) -> int:
+        """Total FFN width of a MoE layer's shared experts (0: none)."""
+        return self.shared_experts * (self.shared_expert_ffn_hidden or self.ffn_hidden) if self.is_moe else 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with experts (all of a MoE model's but its leading dense ones; 0 for a dense model)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
 
     @property
     def positions(self) -> str:
@@ -171,7 +207,8 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Width of one attention head: ``kv_channels``, or hidden / heads."""
+        return self.kv_channels or self.hidden // self.heads
 
     @property
     def ffn_matrices(self) -> int:
@@ -196,16 +233,31 @@ class ModelSpec:
         """Weights of one layer outside its experts: attention, norms, the router of a MoE layer,
         and the FFN of a dense one."""
         h = self.hidden
+        q = self.query_width
         kv = self.kv_heads * self.head_dim
-        attention = h * (h + 2 * kv) + h * h
+        attention = h * (q + 2 * kv) + q * h
         norms = 4 * h if self.has_biases else 2 * h  # LayerNorm has a bias, RMSNorm does not
-        biases = (h + 2 * kv) + h if self.has_biases else 0
-        if self.is_moe:
-            return attention + norms + biases + h * self.experts  # router
+        biases = (q + 2 * kv) + h if self.has_biases else 0
+        if self.is_moe:  # router, and the shared experts
+            shared = self._ffn_params(self.shared_ffn_width) if self.shared_ffn_width else 0
+            return attention + norms + biases + h * self.experts + shared
         return attention + norms + biases + self._ffn_params()
 
-    def _ffn_params(self) -> int:
-        h, f = self.hidden, self.ffn_hidden
+    def dense_layer_params(self) -> int:
+        """Weights of one of a MoE model's leading dense layers (its FFN ``dense_ffn_hidden`` wide)."""
+        moe_shared = self.shared_params_per_layer()
+        h = self.hidden
+        shared = self._ffn_params(self.shared_ffn_width) if self.shared_ffn_width else 0
+        return moe_shared - h * self.experts - shared + self._ffn_params(self.dense_ffn_hidden or self.ffn_hidden)
+
+    def layer_params(self) -> int:
+        """Weights of all layers (a MoE model's leading dense layers at their own width)."""
+        if self.is_moe and self.dense_layers:
+            return self.moe_layers * self.params_per_layer() + self.dense_layers * self.dense_layer_params()
+        return self.layers * self.params_per_layer()
+
+    def _ffn_params(self, width: int | None = None) -> int:
+        h, f = self.hidden, (self.ffn_hidden if width is None else width)
         return self.ffn_matrices * h * f + (f + h if self.has_biases else 0)
 
     def weight_matrices_per_layer(self) -> int:
@@ -220,13 +272,13 @@ class ModelSpec:
         and the untied output projection."""
         h = self.hidden
         final_norm = 2 * h if self.has_biases else h
-        return self.layers * self.params_per_layer() + 2 * self.vocab * h + self.position_params() + final_norm
+        return self.layer_params() + 2 * self.vocab * h + self.position_params() + final_norm
 
     def active_params(self) -> int:
         """Parameters a token uses: all of a dense model; a MoE model's ``top_k`` experts per layer."""
         if not self.is_moe:
             return self.params()
-        return self.params() - self.layers * (self.experts - self.top_k) * self._ffn_params()
+        return self.params() - self.moe_layers * (self.experts - self.top_k) * self._ffn_params()
 
     @classmethod
     def from_dict(cls, d: Mapping, name: str = "custom", where: str | None = None) -> "ModelSpec":
@@ -249,9 +301,19 @@ class ModelSpec:
         if top_k > experts:
             raise SpecError("top_k", top_k, f"expected at most experts = {experts}", where)
         capacity = _float(d, "capacity_factor", where, 1.0, minimum=1.0)
+        layers = _int(d, "layers", where)
+        moe_fields = {key: _int(d, key, where, 0, minimum=0) for key in
+                      ("shared_experts", "shared_expert_ffn_hidden", "dense_layers", "dense_ffn_hidden")}
+        if experts == 1:
+            for key, value in moe_fields.items():
+                if value:
+                    raise SpecError(key, value, "only a mixture of experts (experts > 1) has it; use 0", where)
+        if moe_fields["dense_layers"] >= layers:
+            raise SpecError("dense_layers", moe_fields["dense_layers"], f"expected fewer than layers = {layers}",
+                            where)
         return cls(
             name=str(d.get("name", name)),
-            layers=_int(d, "layers", where),
+            layers=layers,
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
@@ -264,6 +326,8 @@ class ModelSpec:
             top_k=top_k,
             capacity_factor=capacity,
             position_embedding=_optional_choice(d, "position_embedding", where, POSITION_EMBEDDINGS),
+            kv_channels=_int(d, "kv_channels", where, 0, minimum=0),
+            **moe_fields,
         )
 
 
@@ -315,19 +379,21 @@ class SystemSpec:
     scale_out_leaf_gpus: int = 0
     scale_out_oversubscription: float = 1.0
     scale_out_hop_latency_s: float = 0.0
+    peak_flops_fp4: float | None = None  # dense FP4 (NVFP4) tensor-core peak; None: no FP4 tensor cores
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     NUMERIC_FIELDS = (
         "peak_flops_bf16", "peak_flops_fp8", "sm_count", "hbm_capacity_GiB", "hbm_bandwidth_GBps",
         "tdp_W", "idle_W", "gpus_per_node", "scale_up_domain", "scale_up_GBps_per_gpu",
         "scale_up_latency_s", "scale_out_GBps_per_gpu", "scale_out_latency_s", "node_overhead_W",
-        "scale_out_leaf_gpus", "scale_out_oversubscription", "scale_out_hop_latency_s",
+        "scale_out_leaf_gpus", "scale_out_oversubscription", "scale_out_hop_latency_s", "peak_flops_fp4",
     )
     # optional fields and their defaults (an entry without them loads unchanged)
     # plausible ranges, so that a unit slip (TFLOP/s for FLOP/s, Gb/s for GB/s by 1e3) is an error
     RANGES = {
         "peak_flops_bf16": (1e12, 1e17, "FLOP/s per GPU (a value under 1e12 looks like TFLOP/s)"),
         "peak_flops_fp8": (1e12, 1e17, "FLOP/s per GPU (a value under 1e12 looks like TFLOP/s)"),
+        "peak_flops_fp4": (1e12, 1e17, "FLOP/s per GPU (a value under 1e12 looks like TFLOP/s)"),
         "hbm_capacity_GiB": (0.5, 1e5, "GiB"), "hbm_bandwidth_GBps": (1.0, 1e6, "GB/s"),
         "tdp_W": (1.0, 1e5, "W"), "idle_W": (0.0, 1e5, "W"), "node_overhead_W": (0.0, 1e7, "W"),
         "scale_up_GBps_per_gpu": (1e-6, 1e6, "GB/s"), "scale_out_GBps_per_gpu": (1e-6, 1e6, "GB/s"),
@@ -376,7 +442,7 @@ class SystemSpec:
         for key in cls.NUMERIC_FIELDS:
             if key in ("sm_count", "gpus_per_node", "scale_up_domain"):
                 kwargs[key] = _int(values, key, where)
-            elif key == "peak_flops_fp8":
+            elif key in ("peak_flops_fp8", "peak_flops_fp4"):
                 kwargs[key] = _float(values, key, where, allow_none=True)
             elif key == "scale_out_leaf_gpus":
                 kwargs[key] = _int(values, key, where, default=0, minimum=0)
@@ -534,6 +600,16 @@ class PlanSpec:
     beside the weight-gradient GEMM: :func:`trainscale.kernels.plan.tp_async_backward_time`); by default
     the stack's (``tp_async_backward`` in ``data/calibration.yaml``). Megatron-LM of 2021 (Narayanan
     et al.'s runs) had no such overlap.
+    ``etp`` is the experts' tensor-parallel degree (Megatron-Core's ``expert_tensor_parallel_size``; 0, the
+    default: ``tp``): the ``ep x etp`` GPUs of an expert group are folded over the ``tp x dp`` ranks, so
+    ``ep x etp`` must divide ``tp x dp`` (with ``etp = tp``: ``ep`` divides ``dp``, as before).
+    ``precision`` is the number format of the linear layers' GEMMs: ``bf16`` (the default), ``fp8``
+    (Hopper and newer), ``mxfp8`` or ``nvfp4`` (Blackwell); ``fp8_recipe`` its scaling recipe (blank: the
+    format's first, see :data:`FP8_RECIPES`). Attention, norms, router, embedding and output layer stay in
+    bf16 (Transformer Engine's recipes as Megatron-Core runs them).
+    ``custom_pipeline_layout`` says the run gives its own assignment of layers to pipeline chunks
+    (Megatron-Core's ``pipeline_model_parallel_layout``, or its first/last-stage layer counts), so the
+    stack's even split of interleaved chunks does not bind: the layers are spread as evenly as they go.
     """
 
     tp: int = 1
@@ -600,6 +676,19 @@ class PlanSpec:
     def has_split(self) -> bool:
         """Whether the plan gives its pipeline split (otherwise the stack's default)."""
         return bool(self.first_stage_layers or self.last_stage_layers or self.split_ends)
+    etp: int = 0  # 0: tp
+    precision: str = "bf16"
+    fp8_recipe: str = ""  # "": the precision's first recipe
+    custom_pipeline_layout: bool = False
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def recipe(self) -> str:
+        """The scaling recipe in force: the given one, or the precision's default."""
+        return self.fp8_recipe or FP8_RECIPES[self.precision][0]
 
     @property
     def gpus(self) -> int:
@@ -652,7 +741,17 @@ class PlanSpec:
             last_stage_layers=_int(d, "last_stage_layers", where, 0, minimum=0),
             embedding_in_split=_bool(d, "embedding_in_split", where, False),
             loss_in_split=_bool(d, "loss_in_split", where, False),
+            etp=_int(d, "etp", where, 0, minimum=0),
+            precision=_choice(d, "precision", where, "bf16", PRECISIONS),
+            custom_pipeline_layout=_bool(d, "custom_pipeline_layout", where, False),
         )
+        recipe = d.get("fp8_recipe") or ""
+        if recipe:
+            valid = FP8_RECIPES[plan.precision]
+            if recipe not in valid:
+                raise SpecError("plan.fp8_recipe", recipe, f"expected one of {', '.join(valid)} for precision "
+                                f"{plan.precision} (or blank: {valid[0]})", where)
+            plan = dataclasses.replace(plan, fp8_recipe=recipe)
         if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
             raise SpecError("plan.recompute_share", plan.recompute_share,
                             "expected a share in [0, 1] of a selective recompute (recompute: selective)", where)
@@ -665,12 +764,28 @@ class PlanSpec:
                             where)
         if plan.shard_group and plan.dp % plan.shard_group:
             raise SpecError("plan.shard_group", plan.shard_group, f"must divide dp = {plan.dp}", where)
-        if plan.dp % plan.ep:
+        if plan.etp == 0 and plan.dp % plan.ep:
             raise SpecError("plan.ep", plan.ep, f"must divide dp = {plan.dp}", where)
+        if plan.etp and (plan.dp * plan.tp) % (plan.ep * plan.etp):
+            raise SpecError("plan.etp", plan.etp, f"ep*etp = {plan.ep}*{plan.etp} must divide tp*dp = "
+                            f"{plan.tp}*{plan.dp}", where)
         if plan.global_batch % (plan.dp * plan.micro_batch):
             raise SpecError("plan.global_batch", plan.global_batch,
                             f"must be divisible by dp*micro_batch = {plan.dp}*{plan.micro_batch}", where)
         return plan
+
+    def check_precision(self, system: "SystemSpec", where: str | None = None) -> None:
+        """A low precision the accelerator has no tensor cores for is refused: fp8 needs an FP8 peak
+        (Hopper, Ada, CDNA3 and newer); mxfp8 and nvfp4 need Blackwell."""
+        if self.precision == "bf16":
+            return
+        if self.precision == "fp8" and system.peak_flops_fp8 is None:
+            raise SpecError("plan.precision", self.precision, f"{system.name} ({system.generation}) has no FP8 "
+                            "tensor cores; valid: bf16", where)
+        if self.precision in ("mxfp8", "nvfp4") and system.generation != "blackwell":
+            raise SpecError("plan.precision", self.precision, f"needs Blackwell's block-scaled tensor cores; "
+                            f"{system.name} is {system.generation} (valid: bf16"
+                            f"{', fp8' if system.peak_flops_fp8 else ''})", where)
 
     def check_against(self, model: ModelSpec, where: str | None = None) -> None:
         """Combinations that are invalid for this model (the grid masks the same ones)."""
@@ -696,12 +811,13 @@ class PlanSpec:
             check_split(model.layers, self.pp, self.interleave, self.first_stage_layers, self.last_stage_layers,
                         self.embedding_in_split, self.loss_in_split, where)
         elif (self.interleave > 1 and model.layers % (self.pp * self.interleave)
-                and catalog.calibration()["stacks"][self.stack]["fixed"]["interleave_even_split"]["value"]):
+                and not self.custom_pipeline_layout and catalog.calibration()["stacks"][self.stack]["fixed"]["interleave_even_split"]["value"]):
             hint = suggest_split(model.layers, self.pp, self.interleave)
             raise SpecError("plan.interleave", self.interleave,
                             f"the {self.stack} stack builds the same number of layers in every interleaved chunk: "
                             f"pp*interleave = {self.pp * self.interleave} must divide layers = {model.layers}"
-                            + (f", or give the split ({hint})" if hint else ""), where)
+                            + (f", or give the split ({hint})" if hint else "")
+                            + " (or custom_pipeline_layout: true)", where)
         if self.interleave > 1 and self.micro_batches % self.pp:
             raise SpecError("plan.interleave", self.interleave,
                             f"the interleaved schedule needs micro-batches ({self.micro_batches}) "
@@ -792,4 +908,5 @@ class RunSpec:
             raise SpecError("plan", d["plan"], "expected a mapping", where)
         plan = PlanSpec.from_dict(d["plan"], gpus=gpus, where=where)
         plan.check_against(model, where)
+        plan.check_precision(system, where)
         return cls(id=run_id, model=model, system=system, plan=plan)

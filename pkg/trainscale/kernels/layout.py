@@ -23,7 +23,10 @@ M_TOP_K = 13  # experts each token is routed to
 M_CAPACITY = 14  # capacity factor: tokens an expert processes, relative to a perfectly balanced share
 M_PARAMS_EXPERTS = 15  # parameters of all experts of one layer (M_PARAMS_LAYER then holds the rest)
 M_ROTARY = 16  # 1 where every layer applies rotary position embeddings to its queries and keys
-M_SIZE = 17
+# attention and shared experts (0: the defaults, which the kernels then take exactly as before)
+M_HEAD_DIM = 17  # width of one attention head where it is not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads
+M_SHARED_FFN = 18  # total FFN width of a MoE layer's shared experts (shared_experts x their width), run on every token; 0: none
+M_SIZE = 19
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0
@@ -72,7 +75,12 @@ C_LOSS_BWD_KERNELS = 23  # per stack: the same, backward
 C_ROTARY_BYTES = 24  # per stack: HBM bytes its rotary embedding moves per query / key element, each pass
 C_ROTARY_KERNELS = 25  # per stack: kernels its rotary embedding launches per layer, each pass
 C_TP_ASYNC_BWD = 26  # per plan: 1 where the backward's tensor-parallel collectives run asynchronously beside its GEMMs (Megatron-LM)
-C_SIZE = 27
+# precision of the linear layers (plan.precision, plan.fp8_recipe; bf16: 1, 0, 0, 0 and the kernels take the bf16 path)
+C_LINEAR_SPEEDUP = 27  # per plan: the linear layers' GEMM rate relative to bf16 (low-precision peak / bf16 peak x relative efficiency)
+C_CAST_BYTES = 28  # per plan: HBM bytes per element of each linear layer's input (and output gradient) to quantize it, each pass
+C_WEIGHT_CAST_BYTES = 29  # per plan: HBM bytes per parameter to quantize the weights, once per step
+C_LP_WEIGHT_BYTES = 30  # per plan: bytes per parameter of the low-precision weight copies held beside the 16-bit weights
+C_SIZE = 31
 
 # recomputation modes
 RC_NONE = 0

@@ -56,7 +56,8 @@ from .collectives import allgather_time, allreduce_time, alltoall_time, group_sp
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
-    C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_TP_ASYNC_BWD, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
+    C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_LINEAR_SPEEDUP, C_CAST_BYTES, C_WEIGHT_CAST_BYTES, C_LP_WEIGHT_BYTES,
+    M_HEAD_DIM, M_SHARED_FFN, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_TP_ASYNC_BWD, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
@@ -231,10 +232,41 @@ def rotary_time(m, h, kv, tp, hbm_bw, calib):
 
 
 @njit(cache=True)
-def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False):
+def linear_peak(peak, calib):
+    r"""Peak FLOP/s the linear layers' GEMMs are priced at, in the plan's precision.
+
+    BF16: the bf16 peak ``P``. FP8, MXFP8, NVFP4 (``plan.precision``): the linear layers (QKV, projection,
+    FFN, experts) run at the low-precision peak times an efficiency tied to bf16's by one factor per
+    generation, folded into ``calib[C_LINEAR_SPEEDUP]`` = :math:`(P_\mathrm{lp} / P)\,\rho`
+    (:func:`trainscale.perfmodel.precision_slots`); attention, router and output layer stay in bf16."""
+    speedup = calib[C_LINEAR_SPEEDUP]
+    if speedup == 1.0:
+        return peak
+    return peak * speedup
+
+
+@njit(cache=True)
+def cast_time(elements, kernels, hbm_bw, calib):
+    r"""Seconds to quantize ``elements`` 16-bit values to the plan's low precision (amax or block
+    scales, the cast, and the transposed copy where the recipe needs one), at ``calib[C_CAST_BYTES]``
+    bytes of HBM traffic per element (0 in bf16: no time):
+
+    .. math:: t = \frac{B_\mathrm{cast}\, n}{\eta_\mathrm{HBM} B_\mathrm{HBM}} + k\, t_\mathrm{kernel}"""
+    if calib[C_CAST_BYTES] <= 0.0:
+        return 0.0
+    return memory_bound_time(calib[C_CAST_BYTES] * elements, kernels, hbm_bw, calib)
+
+
+@njit(cache=True)
+def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False, etp=0):
     """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
     (``ep``: expert-parallel degree, used by mixture-of-experts models only; ``tp_overlap``:
-    tensor-parallel communication overlapped with the GEMMs, see :func:`tp_overlapped_time`)."""
+    tensor-parallel communication overlapped with the GEMMs, see :func:`tp_overlapped_time`;
+    ``etp``: the experts' tensor-parallel degree, 0 for ``tp``).
+
+    Experts under ``etp`` (Megatron-Core's expert tensor parallelism): the ``ep x etp`` GPUs of an expert
+    group hold the routed copies of ``ep etp / tp`` tensor-parallel groups' tokens, so each local expert
+    GEMM has ``c k m (etp / tp) ep / E`` rows of width ``f / etp`` (the same FLOPs per GPU as ``etp = tp``)."""
     h = model[M_HIDDEN]
     a = model[M_HEADS]
     f = model[M_FFN]
@@ -242,19 +274,25 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     vocab = model[M_VOCAB]
     s = model[M_SEQ]
     d = h / a
+    qw = h  # width of the queries (and the attention output): hidden, or heads x a given head width
+    if model[M_HEAD_DIM] > 0.0:
+        d = model[M_HEAD_DIM]
+        qw = a * d
     kv = model[M_KV_HEADS] * d
     t = float(tp)
+    et = etp if etp > 0 else tp
     sc = s / cp  # query tokens of each sequence on this GPU
     m = mb * sc  # tokens per micro-batch on this GPU
     peak = system[S_PEAK_FLOPS]
     hbm = system[S_HBM_BW]
     sms = system[S_SMS]
-    ih, ikv, if_, ia = int(h), int(kv), int(f), int(a)
+    ih, ikv, if_, ia, iqw = int(h), int(kv), int(f), int(a), int(qw)
+    lin = linear_peak(peak, calib)  # the linear layers' peak in the plan's precision
     im, isc, is_, ib = int(m), int(sc), int(s), int(mb)
     itp = int(tp)
 
     # GEMMs of one layer (tensor-parallel shard)
-    f_qkv, b_qkv = gemm_fwd_bwd_time(im, (ih + 2 * ikv) // itp, ih, 1, peak, hbm, sms, calib)
+    f_qkv, b_qkv = gemm_fwd_bwd_time(im, (iqw + 2 * ikv) // itp, ih, 1, lin, hbm, sms, calib)
     heads_local = ib * ia // itp
     if flash:  # fused attention: the s x s scores stay on chip
         f_sc, b_sc = fused_attention_fwd_bwd_time(isc, is_, int(d), heads_local, peak, hbm, sms, calib)
@@ -268,21 +306,30 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         b_sc *= causal
         f_av *= causal
         b_av *= causal
-    f_o, b_o = gemm_fwd_bwd_time(im, ih, ih // itp, 1, peak, hbm, sms, calib)
-    f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, 1, peak, hbm, sms, calib)
-    f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, peak, hbm, sms, calib)
+    f_o, b_o = gemm_fwd_bwd_time(im, ih, iqw // itp, 1, lin, hbm, sms, calib)
+    f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, 1, lin, hbm, sms, calib)
+    f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, lin, hbm, sms, calib)
     experts = int(model[M_EXPERTS])
     moe = experts > 1
     routed = 0.0  # token copies this GPU's experts process (mixture of experts)
     if moe:  # E/ep local experts, each a batch of c k m ep / E tokens, and the router
         routed = model[M_CAPACITY] * model[M_TOP_K] * m
         local = experts // ep if experts >= ep else 1
-        rows = int(math.ceil(routed / local))
-        f_up, b_up = gemm_fwd_bwd_time(rows, (int(nf) - 1) * if_ // itp, ih, local, peak, hbm, sms, calib)
-        f_dn, b_dn = gemm_fwd_bwd_time(rows, ih, if_ // itp, local, peak, hbm, sms, calib)
+        iet = int(et)
+        rows = int(math.ceil(routed / local)) if iet == itp else int(math.ceil(routed * (et / t) / local))
+        f_up, b_up = gemm_fwd_bwd_time(rows, (int(nf) - 1) * if_ // iet, ih, local, lin, hbm, sms, calib)
+        f_dn, b_dn = gemm_fwd_bwd_time(rows, ih, if_ // iet, local, lin, hbm, sms, calib)
         f_rt, b_rt = gemm_fwd_bwd_time(im, experts, ih, 1, peak, hbm, sms, calib)
         f_up += f_rt
         b_up += b_rt
+        if model[M_SHARED_FFN] > 0.0:  # shared experts: a dense FFN every token passes, tp-sharded
+            ifs = int(model[M_SHARED_FFN])
+            f_su, b_su = gemm_fwd_bwd_time(im, (int(nf) - 1) * ifs // itp, ih, 1, lin, hbm, sms, calib)
+            f_sd, b_sd = gemm_fwd_bwd_time(im, ih, ifs // itp, 1, lin, hbm, sms, calib)
+            f_up += f_su
+            b_up += b_su
+            f_dn += f_sd
+            b_dn += b_sd
     fwd_gemm = f_qkv + f_sc + f_av + f_o + f_up + f_dn
     bwd_gemm = b_qkv + b_sc + b_av + b_o + b_up + b_dn
     if flash:  # flash attention's backward recomputes the scores on chip, at the backward's efficiency
@@ -295,6 +342,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     activation_fn = (2.0 * nf) * m * f / t
     if moe:  # every routed copy goes through its expert's activation, plus permute / unpermute
         activation_fn = (2.0 * nf) * routed * f / t + 8.0 * routed * h / t
+        if model[M_SHARED_FFN] > 0.0:
+            activation_fn += (2.0 * nf) * m * model[M_SHARED_FFN] / t
     chains = norm_drop_res + activation_fn  # the backward moves twice as much
     if flash:
         attention_fwd = 8.0 * m * h / t
@@ -317,6 +366,12 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         # its 16-bit gradients are cast and added into the fp32 gradient buffer (update_hp_grads)
         bwd_elem += memory_bound_time(HP_GRAD_ACCUM_BYTES * model[M_PARAMS_LAYER] / t, 1.0, hbm, calib)
     attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
+    if calib[C_CAST_BYTES] > 0.0:  # low precision: quantize the inputs of the four linear layers (forward)
+        # and their output gradients (backward), this GPU's share; the experts' inputs per routed copy
+        ffn_in = m * (h + f) / t if not moe else routed * (h + f) / t + m * (h + model[M_SHARED_FFN]) / t
+        cast_fwd = cast_time(m * (h + qw) / t + ffn_in, 4.0, hbm, calib)
+        fwd_elem += cast_fwd
+        bwd_elem += cast_fwd
 
     # tensor parallelism: two all-reduces of the layer's activations per pass (with sequence
     # parallelism an all-gather + reduce-scatter pair each, the same ring traffic)
@@ -416,16 +471,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 
     # FLOPs of the whole layer (all TP and CP ranks) for the micro-batch
     tokens = mb * s
-    flops_fwd = (2.0 * tokens * h * (h + 2.0 * kv) + 2.0 * tokens * h * h + 2.0 * nf * tokens * h * f
-                 + 4.0 * mb * s * s * h)
-    if moe:  # top-k experts per token and the router
-        flops_fwd = (2.0 * tokens * h * (h + 2.0 * kv) + 2.0 * tokens * h * h
+    flops_fwd = (2.0 * tokens * h * (qw + 2.0 * kv) + 2.0 * tokens * qw * h + 2.0 * nf * tokens * h * f
+                 + 4.0 * mb * s * s * qw)
+    if moe:  # top-k experts per token, the shared experts and the router
+        flops_fwd = (2.0 * tokens * h * (qw + 2.0 * kv) + 2.0 * tokens * qw * h
                      + 2.0 * nf * tokens * h * f * model[M_TOP_K] + 2.0 * tokens * h * experts
-                     + 4.0 * mb * s * s * h)
+                     + 2.0 * nf * tokens * h * model[M_SHARED_FFN] + 4.0 * mb * s * s * qw)
     if rc == RC_FULL:
         flops_recomp = flops_fwd
     elif rc == RC_SELECTIVE:
-        flops_recomp = 4.0 * mb * s * s * h + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * h)
+        flops_recomp = 4.0 * mb * s * s * qw + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * qw)
     else:
         flops_recomp = 0.0
 
@@ -487,9 +542,12 @@ def power_draw(idle_w, tdp_w, compute_share, memory_share, gemm_busy_s, hbm_busy
 
 
 @njit(cache=True)
-def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1, even_split=False):
+def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1, even_split=False, etp=0):
     """Why a plan is structurally invalid (``R_*``), or ``R_OK``. ``even_split``: the stack builds
-    ``layers / (pp v)`` layers in every interleaved chunk (Megatron-LM), so pp·v must divide the layers."""
+    ``layers / (pp v)`` layers in every interleaved chunk (Megatron-LM), so pp·v must divide the layers.
+    ``etp`` (0: ``tp``): the experts' tensor-parallel degree; ``ep x etp`` must divide ``tp x dp`` (with
+    ``etp = tp``: ``ep`` divides ``dp``), Megatron-Core's expert groups folded over the tensor- and
+    data-parallel ranks."""
     if int(model[M_HEADS]) % tp != 0:
         return R_TP_HEADS
     if int(model[M_KV_HEADS]) % tp != 0:
@@ -508,7 +566,8 @@ def plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep=1, even_split=
         return R_SHARD
     if ep != 1:
         experts = int(model[M_EXPERTS])
-        if ep < 1 or experts <= 1 or experts % ep != 0 or dp % ep != 0:
+        et = etp if etp > 0 else tp
+        if ep < 1 or experts <= 1 or experts % ep != 0 or (dp * tp) % (ep * et) != 0:
             return R_EP
     if even_split and v > 1 and int(model[M_LAYERS]) % (pp * v) != 0:
         return R_UNEVEN_CHUNKS
@@ -577,11 +636,12 @@ ENDS_LOSS = 2
 
 
 @njit(cache=True)
-def structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, even_split, first=0, last=0, ends=0):
+def structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, even_split, first=0, last=0, ends=0,
+                      etp=0):
     """:func:`plan_reason` with the pipeline split: a split given explicitly (``first``, ``last``, ``ends``)
     replaces the stack's even-split rule by Megatron-Core's rules (:func:`split_reason`)."""
     explicit = first != 0 or last != 0 or ends != 0
-    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, even_split and not explicit)
+    reason = plan_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, even_split and not explicit, etp)
     if reason == R_OK and explicit:
         reason = split_reason(int(model[M_LAYERS]), pp, v, first, last, ends)
     return reason
@@ -941,7 +1001,7 @@ def stage_activation_bytes(act, chunks, pp, v, micro, d):
 
 @njit(cache=True)
 def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out,
-                      per_tensor=False, first=0, last=0, ends=0):
+                      per_tensor=False, first=0, last=0, ends=0, etp=0):
     """Per-GPU memory of the most loaded pipeline stage, by component, into ``out[O_MEM_*]``;
     returns the total (bytes).
 
@@ -958,16 +1018,22 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     (``clear_lp_grads``, then ``update_hp_grads(clear_lp_grads=False)``), 2 more bytes per parameter.
     ZeRO-3 holds gathered weights beyond its shard: FSDP the layer in use and the prefetched next
     one; DeepSpeed (``per_tensor``, dense layers) the weight matrix in use and the next one
-    (:func:`zero3_tensor_windows`).
+    (:func:`zero3_tensor_windows`). Experts are split over ``ep x etp`` GPUs (``etp`` 0: ``tp``).
+    A low-precision plan holds its quantized weight copies beside the 16-bit weights
+    (``calib[C_LP_WEIGHT_BYTES]`` per parameter, unsharded: every GPU quantizes what it computes with).
     """
     layers = int(model[M_LAYERS])
     t = float(tp)
     chunks = split_chunk_layers(layers, pp, v, first, last, ends)
     l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
     p_layer = model[M_PARAMS_LAYER] / t
-    pe_layer = model[M_PARAMS_EXPERTS] / (t * ep) if model[M_EXPERTS] > 1.0 else 0.0
+    et = float(etp) if etp > 0 else t
+    pe_layer = model[M_PARAMS_EXPERTS] / (et * ep) if model[M_EXPERTS] > 1.0 else 0.0
     w, g, o = state_bytes_per_param(zero, shard_ranks, calib[C_GRAD_BYTES])
     we, ge, oe = state_bytes_per_param(zero, e_shard_ranks, calib[C_GRAD_BYTES])
+    if calib[C_LP_WEIGHT_BYTES] > 0.0:
+        w += calib[C_LP_WEIGHT_BYTES]
+        we += calib[C_LP_WEIGHT_BYTES]
     if calib[C_BF16_OPTIMIZER] > 0.0 and zero <= 1:
         g += BYTES
         ge += BYTES
@@ -1018,15 +1084,17 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
 
 @njit(cache=True)
 def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
-               overlap, per_tensor, out, ep=1, first=0, last=0, ends=0):
+               overlap, per_tensor, out, ep=1, first=0, last=0, ends=0, etp=0):
     """Fill ``out`` (layout ``O_*``) with the step time, its breakdown, FLOPs, memory and power
-    of one plan, given its layer costs ``lc`` from :func:`layer_costs` (priced with the same ``ep``).
-    ``first``, ``last``, ``ends``: the pipeline split (:func:`split_chunk_layers`; all 0: the stack's
-    default, which on a stack that builds even chunks needs pp·v to divide the layers)."""
+    of one plan, given its layer costs ``lc`` from :func:`layer_costs` (priced with the same ``ep``
+    and ``etp``). ``first``, ``last``, ``ends``: the pipeline split (:func:`split_chunk_layers`; all 0: the
+    stack's default, which on a stack that builds even chunks needs pp·v to divide the layers). A
+    low-precision plan quantizes its weights once per step (the first micro-batch's copies are reused, as
+    Transformer Engine does), counted with the optimizer step."""
     for i in range(out.shape[0]):
         out[i] = math.nan
     reason = structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0,
-                               first, last, ends)
+                               first, last, ends, etp)
     out[O_REASON] = reason
     if reason != R_OK:
         return
@@ -1034,9 +1102,14 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     n_shard = shard if shard > 0 else dp
     micro = gb // (dp * mb)
     moe = model[M_EXPERTS] > 1.0
-    # expert-data-parallel ranks: the dp/ep replicas of each expert shard, sharded as dp is
-    e_shard = n_shard // ep if n_shard >= ep else 1
-    e_replicas = (dp // ep) // e_shard if (dp // ep) >= e_shard else 1
+    # expert-data-parallel ranks: the dp/ep replicas of each expert shard, sharded as dp is (with
+    # expert tensor parallelism etp != tp: the tp*dp / (ep*etp) ranks that hold the same expert shard)
+    et = etp if etp > 0 else tp
+    e_dp = (dp * tp) // (ep * et) if et != tp else dp // ep
+    e_shard = (n_shard * tp) // (ep * et) if et != tp else n_shard // ep
+    if e_shard < 1:
+        e_shard = 1
+    e_replicas = e_dp // e_shard if e_dp >= e_shard else 1
 
     compute_l = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_BWD_GEMM] + lc[L_BWD_ELEM]
     recomp_l = lc[L_RECOMP]
@@ -1109,7 +1182,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         p_first = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / tp
         p_last = p_first
     p_dev = max(p_first, p_last)
-    pe_layer = model[M_PARAMS_EXPERTS] / (tp * ep) if moe else 0.0
+    pe_layer = model[M_PARAMS_EXPERTS] / (et * ep) if moe else 0.0
     pe_dev = max(l_first, max(l_mid, l_last)) * pe_layer
 
     # data-parallel gradient synchronisation, once per step (over dp x cp ranks, tp apart); the
@@ -1117,7 +1190,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     g_bytes = calib[C_GRAD_BYTES]
     dp_reduce, dp_gather = dp_sync_time(system, calib, p_dev, g_bytes, dp * cp, tp, n_shard, dp // n_shard, zero)
     if moe:
-        e_reduce, e_gather = dp_sync_time(system, calib, pe_dev, g_bytes, (dp // ep) * cp, tp * ep, e_shard,
+        e_reduce, e_gather = dp_sync_time(system, calib, pe_dev, g_bytes, e_dp * cp, et * ep, e_shard,
                                           e_replicas, zero)
         dp_reduce += e_reduce
         dp_gather += e_gather
@@ -1136,6 +1209,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     e_div = e_shard * cp if zero >= 1 else 1
     optimizer = memory_bound_time(ADAM_TRAFFIC_BYTES_PER_PARAM * (p_dev / opt_div + pe_dev / e_div), 4.0,
                                   system[S_HBM_BW], calib)
+    if calib[C_WEIGHT_CAST_BYTES] > 0.0:  # the weights quantized once per step
+        optimizer += memory_bound_time(calib[C_WEIGHT_CAST_BYTES] * (p_dev + pe_dev), 2.0, system[S_HBM_BW], calib)
 
     step = micro * t_max + bubble + dp_exposed + optimizer
     out[O_STEP] = step
@@ -1160,7 +1235,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
 
     # memory of the most loaded GPU
     mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
-                            per_tensor, first, last, ends)
+                            per_tensor, first, last, ends, etp)
     out[O_MEM_BYTES] = mem
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY

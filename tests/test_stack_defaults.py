@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -26,21 +27,24 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
             "overlap_grad_reduce": True, "tp_comm_overlap": True}
 
 # sha256 (first 16 hex digits) of [(run id, repr(PlanSpec)), ...] per dataset, and the run count,
-# recorded on main (3983b3d) before the stack defaults: /tmp/planhash.py of the stack-defaults branch.
+# recorded with main's code at a401533 (PlanSpec with precision and MoE fields), before the stack defaults.
 PLAN_HASHES_BEFORE = {
-    "calculon": "51060fe5eaa515ed 8",
-    "deepspeed-ampere": "4980907bd813a0d3 3",
-    "deepspeed-trials": "2d3f70e5306fb54e 39",
-    "fsdp-ampere": "b94f75b810c281fb 7",
-    "fsdp-compiled": "95605f0ce00b5294 10",
-    "fsdp-hopper": "8f190addd4c3c5b1 12",
-    "fsdp-mosaic": "ffba314d707d9775 18",
-    "megatron-hopper": "015412d6475ead5b 9",
-    "nemo-blackwell": "12ee619094f2bf8c 7",
-    "nemo-hopper": "4252cda9c578b092 14",
-    "published": "291bcaa581bc70fd 21",
-    "vtrain-multi": "fbe0020a9be2f5fd 109",
-    "vtrain-single": "d6fd9b4fd313dd57 1440",
+    "bridge-blackwell": "d089c6b5503a3243 14",
+    "bridge-hopper": "73945dbe6283f6de 6",
+    "bridge-mla": "985ab82736865e33 3",
+    "calculon": "7bd925d3fd5e6349 8",
+    "deepspeed-ampere": "cde64bf58e5c76b6 3",
+    "deepspeed-trials": "083c73e7c33bfe94 39",
+    "fsdp-ampere": "d6f30a9f7297ce75 7",
+    "fsdp-compiled": "0abf76fbb2c85201 10",
+    "fsdp-hopper": "8f757003f4dbfbb5 12",
+    "fsdp-mosaic": "b71745237d71564d 18",
+    "megatron-hopper": "9e32209a54ccc234 9",
+    "nemo-blackwell": "7faa20a4fe995190 7",
+    "nemo-hopper": "b4dd975e49597726 14",
+    "published": "10c3c1a4c206915e 21",
+    "vtrain-multi": "eac08ce15db90bfe 109",
+    "vtrain-single": "29c539c72dd147d2 1440",
 }
 
 
@@ -153,9 +157,10 @@ def test_predict_help_lists_every_plan_field_with_its_unit_and_each_stacks_defau
     with pytest.raises(SystemExit):
         cli.main(["predict", "--help"])
     out = capsys.readouterr().out
-    assert "global_batch         sequences   required" in out
-    assert "micro_batch          sequences   1" in out
-    assert "recompute            -           the stack's" in out
+    assert re.search(r"^  global_batch +sequences +required ", out, re.M)
+    assert re.search(r"^  micro_batch +sequences +1 ", out, re.M)
+    assert re.search(r"^  recompute +- +the stack's ", out, re.M)
+    assert re.search(r"^  fp8_recipe +- +the format's ", out, re.M)
     assert specs.stack_defaults_text(indent="  ") in out
     assert "recompute            none      none       selective   none" in out
     assert "zero                 0         1          3           1" in out

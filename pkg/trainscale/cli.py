@@ -75,6 +75,10 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "last_stage_layers": ("layers", "transformer layers of the last pipeline device (0: even split)"),
     "embedding_in_split": ("true/false", "the embedding counts as one layer of the pipeline split"),
     "loss_in_split": ("true/false", "the loss counts as one layer of the pipeline split"),
+    "etp": ("GPUs", "the experts' tensor-parallel degree (0: tp)"),
+    "precision": ("-", "number format of the linear layers' GEMMs: bf16, fp8, mxfp8, nvfp4"),
+    "fp8_recipe": ("-", "scaling recipe of a low-precision format (blank: the format's first)"),
+    "custom_pipeline_layout": ("true/false", "the run gives its own assignment of layers to pipeline chunks"),
 }
 
 
@@ -88,8 +92,10 @@ def plan_fields_help() -> str:
     rows = []
     for f in dataclasses.fields(PlanSpec):
         unit, meaning = PLAN_FIELDS[f.name]
-        if f.name in STACK_DEFAULT_FIELDS or f.default in (None, ""):
+        if f.name in STACK_DEFAULT_FIELDS or f.name in ("recompute_share", "rotary_kernel", "tp_async_backward"):
             default = "the stack's"
+        elif f.name == "fp8_recipe":
+            default = "the format's"
         elif f.name == "global_batch":
             default = "required"
         elif f.name == "dp":

@@ -29,6 +29,7 @@ SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
     "generation": ("-", "accelerator generation; selects the calibration parameters"),
     "peak_flops_bf16": ("FLOP/s", "dense BF16 (FP16 on Volta) tensor-core peak per GPU"),
     "peak_flops_fp8": ("FLOP/s", "dense FP8 tensor-core peak per GPU (null if none)"),
+    "peak_flops_fp4": ("FLOP/s", "dense FP4 (NVFP4) tensor-core peak per GPU (null if none)"),
     "sm_count": ("1", "streaming multiprocessors (compute units) per GPU"),
     "hbm_capacity_GiB": ("GiB", "HBM capacity per GPU as reported by the driver"),
     "hbm_bandwidth_GBps": ("GB/s", "HBM bandwidth per GPU"),

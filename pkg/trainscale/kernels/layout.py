@@ -72,7 +72,9 @@ C_LOSS_BWD_KERNELS = 23  # per stack: the same, backward
 C_ROTARY_BYTES = 24  # per stack: HBM bytes its rotary embedding moves per query / key element, each pass
 C_ROTARY_KERNELS = 25  # per stack: kernels its rotary embedding launches per layer, each pass
 C_TP_ASYNC_BWD = 26  # per plan: 1 where the backward's tensor-parallel collectives run asynchronously beside its GEMMs (Megatron-LM)
-C_SIZE = 27
+C_STRAGGLER_SPREAD = 27  # fitted, common: relative spread of per-rank step times (kernels.scale.straggler_time_s)
+C_PIPE_PARTITIONED = 28  # per stack: 1 where the pipeline engine sends 1/tp of each boundary tensor and all-gathers it over the tp ranks on receipt (DeepSpeed)
+C_SIZE = 29
 
 # recomputation modes
 RC_NONE = 0
@@ -144,16 +146,17 @@ O_MEM_RESERVED = 31  # CUDA context, library workspaces, communication buffers, 
 O_TP_COMM_TOTAL = 32
 O_CP_COMM_TOTAL = 33
 O_DP_COMM_TOTAL = 34
-O_SIZE = 35
+O_STRAGGLER = 35  # per step: expected wait for the slowest of the synchronising ranks (kernels.scale)
+O_SIZE = 36
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "transient", "buffers", "reserved")
 MEMORY_SLOTS = (25, 26, 27, 28, 29, 30, 31)
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
-             "optimizer")
+             "optimizer", "straggler")
 # the slot of each breakdown entry; ``ep_comm`` (mixture of experts) comes last
 BREAKDOWN_MOE = BREAKDOWN + ("ep_comm",)
-BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 24)
+BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24)
 
 # reasons a plan is masked (0 = valid and fits)
 REASONS = (

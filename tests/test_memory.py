@@ -119,6 +119,11 @@ KNOWN_MISSES = {
     "bridge2511-gb200-llama3-405b-256g-fp8-cs": "tp 4 without recomputation, 8 layers per stage x 16 in flight",
     "bridge2511-h100-llama3-70b-64g-fp8-cs": "81.6 of 79.6 GiB: FP8 weight copies counted, FP8 saved activations not",
     "bridge2511-h100-gpt-oss-120b-64g-bf16": "mbs 4, no recomputation stated",
+    # 182.2 and 183.0 of 179.1 GiB since the interleaved peak counts the micro-batches really in flight on a
+    # middle device (pp 8 x v 8, 126 layers: +4.7 GiB); FP8 saved activations and whether these runs counted
+    # the embedding and loss in the split (NeMo's 405B recipe does) are not modelled
+    "bridge2511-b200-llama3-405b-128g-fp8-cs": "2% over: interleaved in-flight activations, bf16 saved inputs",
+    "bridge2511-b200-llama3-405b-128g-fp8-mx": "2% over: interleaved in-flight activations, bf16 saved inputs",
 }
 
 

@@ -178,7 +178,7 @@ def test_breakdown_sums_to_step_and_utilisation_bounded(run):
     p = predict(run)
     assert math.isfinite(p.step_time_s)
     assert set(p.breakdown) == {"compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble",
-                                "dp_comm", "optimizer"}
+                                "dp_comm", "optimizer", "straggler"}
     assert all(v >= 0 for v in p.breakdown.values()), p.breakdown
     assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
     assert 0 < p.mfu <= p.hfu * (1 + 1e-12) and p.hfu <= 1.0, (p.mfu, p.hfu)

@@ -61,19 +61,24 @@ def parameter_keys(runs: Sequence[MeasuredRun]) -> list[tuple[str, str, str]]:
                                                    and m.run.plan.zero3_per_tensor for m in runs):
                 continue
             keys.append(("stacks", stack, name))
+    # one value for all (perfmodel.COMMON_FITTED): the straggler spread, identified by the GPU-count
+    # differences within the datasets (weak-scaling pairs), never by one run
+    keys += [("common", "all", name) for name in perfmodel.COMMON_FITTED]
     return keys
 
 
 def _spec(key):
     scope, owner, name = key
     cal = catalog.calibration()
+    if scope == "common":
+        return cal["common_fitted"][name]
     return cal["fitted"][owner][name] if scope == "generations" else cal["stacks"][owner]["fitted"][name]
 
 
 def fitted_dict(keys, values) -> dict:
     out = {"generations": {}, "stacks": {}}
     for (scope, owner, name), value in zip(keys, values):
-        out[scope].setdefault(owner, {})[name] = float(value)
+        out.setdefault(scope, {}).setdefault(owner, {})[name] = float(value)
     return out
 
 

@@ -29,6 +29,7 @@ SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
     "generation": ("-", "accelerator generation; selects the calibration parameters"),
     "peak_flops_bf16": ("FLOP/s", "dense BF16 (FP16 on Volta) tensor-core peak per GPU"),
     "peak_flops_fp8": ("FLOP/s", "dense FP8 tensor-core peak per GPU (null if none)"),
+    "peak_flops_fp4": ("FLOP/s", "dense FP4 (NVFP4) tensor-core peak per GPU (null if none)"),
     "sm_count": ("1", "streaming multiprocessors (compute units) per GPU"),
     "hbm_capacity_GiB": ("GiB", "HBM capacity per GPU as reported by the driver"),
     "hbm_bandwidth_GBps": ("GB/s", "HBM bandwidth per GPU"),
@@ -531,8 +532,10 @@ def cmd_validate(args) -> int:
         if name in size_out:
             entry["size_out_mape"] = float(size_out[name]["mape"])
             entry["size_out_worst"] = float(size_out[name]["worst"])
+    scale = validation.scale_groups(ds)
     if args.json:
         _dump_json({"runs": df.to_dict(orient="records"), "summary": summary,
+                    "scale_groups": scale.to_dict(orient="records"),
                     "plan_ranking": validation.plan_ranking(ds).to_dict(orient="records")})
         return 0
     shown = df if args.all else df[df["dataset"] != "vtrain-single"]  # 1,440 rows: only when asked
@@ -550,6 +553,10 @@ def cmd_validate(args) -> int:
     print("\nleft-out: the error when the dataset is left out of the fit; size-out: the error of its runs when "
           "each run's model-size class is left out (its other sizes stay in the fit). Both from trainscale "
           "calibrate --cv, stored in calibration_fitted.yaml\n")
+    print(_table(scale.to_dict(orient="records")))
+    print(f"\nruns at >= {validation.LARGE_GPUS} GPUs and below, per dataset: mean_too_fast_% is the mean signed error "
+          "as a speed (positive: predicted faster than measured); too_fast_per_doubling_% its slope per doubling "
+          "of the GPU count within the group\n")
     ranking = validation.plan_ranking(ds)
     print(_table((ranking if args.all else ranking[ranking["dataset"] != "vtrain-single"]).to_dict(orient="records")))
     print(f"\nplans of one model at one GPU count ({validation.MIN_PLANS} or more): spearman ranks predicted "

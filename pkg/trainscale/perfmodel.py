@@ -21,7 +21,8 @@ from .kernels.grid import evaluate_grid_ep as _grid_kernel
 from .kernels.collectives import allgather_time as _allgather_time
 from .kernels.collectives import allreduce_time as _allreduce_time
 from .kernels.collectives import alltoall_time as _alltoall_time
-from .kernels.plan import layer_costs, split_chunk_layers, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw
+from .kernels.plan import (layer_costs, layer_fwd_bwd, out_link as _out_link, plan_costs,
+                           power_draw, split_chunk_layers, step_straggler_time)
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -80,7 +81,8 @@ GENERATION_FITTED = ("gemm_peak_efficiency", "network_efficiency")
 # per generation, fitted only where a generation has low-precision runs (trainscale.calibration.parameter_keys)
 PRECISION_FITTED = ("lowp_gemm_efficiency",)
 STACK_FITTED = ("compute_efficiency", "layer_host_s", "zero3_fetch_s", "elementwise_traffic")
-FITTED = GENERATION_FITTED + PRECISION_FITTED + STACK_FITTED
+COMMON_FITTED = ("straggler_spread",)  # one value for every generation and stack (calibration.yaml: common_fitted)
+FITTED = GENERATION_FITTED + PRECISION_FITTED + STACK_FITTED + COMMON_FITTED
 # fixed common values an override may also replace (a sensitivity sweep, or a module that prices the
 # effect itself: trainscale.overlap computes the contention of overlapped collectives per run)
 COMMON_OVERRIDABLE = ("overlap_compute_slowdown",)
@@ -126,6 +128,9 @@ def calibration_parameters(generation: str, overrides: Mapping[str, float] | Non
               for name in GENERATION_FITTED + PRECISION_FITTED}
     params.update({name: _carried(cal["stacks"], stack, fitted.get("stacks", {}), name, stack_start)
                    for name in STACK_FITTED})
+    common_fitted = (fitted.get("common") or {}).get("all", {})
+    params.update({name: float(common_fitted.get(name, cal["common_fitted"][name]["value"]))
+                   for name in COMMON_FITTED})
     for name, value in (overrides or {}).items():
         if name in COMMON_OVERRIDABLE:
             continue  # applied by calibration_vector
@@ -191,6 +196,8 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
                                                             common["overlap_compute_slowdown"]["value"]))
     vec[K.C_ATTN_BWD_EFF] = common["attention_backward_efficiency"]["value"]
     vec[K.C_LINEAR_SPEEDUP] = 1.0  # bf16; a plan's precision: plan_calibration_vector
+    vec[K.C_STRAGGLER_SPREAD] = params["straggler_spread"]
+    vec[K.C_PIPE_PARTITIONED] = 1.0 if stack_fixed.get("pipe_partitioned_gathers", {}).get("value", False) else 0.0
     return vec
 
 
@@ -402,6 +409,8 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     out[K.O_PP_COMM] = makespan - makespan_free
     out[K.O_BUBBLE] = makespan_free - busiest
     step = makespan + out[K.O_DP_EXPOSED] + out[K.O_OPTIMIZER]
+    out[K.O_STRAGGLER] = step_straggler_time(step, plan.gpus, calib)
+    step += out[K.O_STRAGGLER]
     out[K.O_GEMM_BUSY] *= scale
     out[K.O_STEP] = step
     out[K.O_POWER_W] = power_draw(system.idle_W, system.tdp_W, calib[K.C_POWER_COMPUTE], calib[K.C_POWER_MEMORY],

@@ -445,6 +445,8 @@ def validation_dataset(vtrain_dir: str | Path | None = None, include_vtrain_sing
         ape = np.abs(rel[ds["dataset"].values == name])
         ds.attrs[f"mape_{key}"] = float(ape.mean())
         ds.attrs[f"max_abs_error_{key}"] = float(ape.max())
+    for key, value in scale_group_attrs(ds).items():
+        ds.attrs[key] = value
     ds.attrs["calibration"] = json.dumps({f"{g}/{st}": perfmodel.calibration_parameters(g, calibration, st)
                                           for g, st in sorted({(m.run.system.generation, m.run.plan.stack)
                                                                for m in runs})}, sort_keys=True)
@@ -505,6 +507,54 @@ def summary(ds: xr.Dataset) -> pd.DataFrame:
         rows.append({"dataset": name, "runs": int(ape.size), "MAPE_%": float(ape.mean()),
                      "median_APE_%": float(np.median(ape)), "worst_APE_%": float(ape.max())})
     return pd.DataFrame(rows).set_index("dataset")
+
+
+LARGE_GPUS = 1000  # runs at this many GPUs or more form their own group (issue 35)
+
+
+def too_fast_error(ds: xr.Dataset) -> np.ndarray:
+    """Signed error of each run as a speed: predicted / measured throughput - 1 (for a step-time
+    row, measured / predicted step - 1). Positive: the model is too fast."""
+    rel = ds["rel_error"].values
+    time_rows = ds["metric"].values == "step_time_s"
+    return np.where(time_rows, 1.0 / (1.0 + rel) - 1.0, rel)
+
+
+def scale_groups(ds: xr.Dataset, threshold: int = LARGE_GPUS) -> pd.DataFrame:
+    """The runs at ``threshold`` GPUs or more as their own group, per dataset and in all, beside
+    the runs below it: runs, MAPE, worst error, mean signed speed error (positive: too fast) and
+    the slope of that signed error per doubling of the GPU count within the group (a systematic
+    too-fast drift with scale shows as a positive slope)."""
+    gpus = ds["gpus"].values
+    fast = too_fast_error(ds)
+    datasets = ds["dataset"].values
+    rows = []
+    for group, sel_g in ((f">= {threshold} GPUs", gpus >= threshold), (f"< {threshold} GPUs", gpus < threshold)):
+        names = ["all"] + [n for n in dict.fromkeys(datasets.tolist()) if (sel_g & (datasets == n)).any()]
+        for name in names:
+            sel = sel_g & ((datasets == name) if name != "all" else True)
+            if not sel.any():
+                continue
+            x = np.log2(gpus[sel].astype(float))
+            slope = float(np.polyfit(x, fast[sel], 1)[0]) if np.ptp(x) > 0 and sel.sum() >= 3 else float("nan")
+            rows.append({"group": group, "dataset": name, "runs": int(sel.sum()),
+                         "MAPE_%": 100.0 * float(np.abs(ds["rel_error"].values[sel]).mean()),
+                         "worst_APE_%": 100.0 * float(np.abs(ds["rel_error"].values[sel]).max()),
+                         "mean_too_fast_%": 100.0 * float(fast[sel].mean()),
+                         "too_fast_per_doubling_%": 100.0 * slope})
+    return pd.DataFrame(rows)
+
+
+def scale_group_attrs(ds: xr.Dataset, threshold: int = LARGE_GPUS) -> dict:
+    """:func:`scale_groups`' totals as dataset attributes (``mape_gpus_ge_1000`` and the like)."""
+    out = {}
+    groups = scale_groups(ds, threshold)
+    for _, row in groups[groups["dataset"] == "all"].iterrows():
+        key = ("ge" if row["group"].startswith(">=") else "lt") + f"_{threshold}"
+        out[f"mape_gpus_{key}"] = row["MAPE_%"] / 100.0
+        out[f"mean_too_fast_gpus_{key}"] = row["mean_too_fast_%"] / 100.0
+        out[f"runs_gpus_{key}"] = int(row["runs"])
+    return out
 
 
 def table(ds: xr.Dataset, dataset: str | None = None) -> pd.DataFrame:

@@ -27,6 +27,11 @@ across domains (one ring per local rank, each on its own NIC), all-gather inside
 
 .. math:: T_\mathrm{hier} = 2 T_\mathrm{up}(n_\mathrm{in}, S) + 2 T_\mathrm{out}(n_\mathrm{out}, S/n_\mathrm{in})
 
+The tree moves its bytes at :data:`TREE_BUS_FACTOR` (0.9) of the ring's bus bandwidth: NCCL's
+tuning model discounts the tree so (``busBw = std::min(busBw*.9, maxTreeBw)``, NVIDIA/nccl
+``src/graph/tuning.cc``, v2.8-2.18), so that at large messages the ring wins, and the tree only
+where the ring's ``2(n-1)`` latencies cost more than the tree's extra tenth of bandwidth time,
+i.e. at many ranks.
 An all-reduce takes the fastest of the three, as NCCL's tuner does; all-gather and reduce-scatter
 are ring-only in NCCL. Because the latency term grows with the step count, the achieved bus
 bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus efficiency.
@@ -56,6 +61,8 @@ With the defaults (``L = 0``: one tier, ``r = 1``, ``alpha_hop = 0``) the link i
 import math
 
 from numba import njit
+
+TREE_BUS_FACTOR = 0.9  # NCCL tuning.cc: a tree's bus bandwidth is 0.9 of the ring's
 
 
 @njit(cache=True)
@@ -103,13 +110,13 @@ def allreduce_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, ef
     best = 2.0 * allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
     n_in, n_out = group_split(n, stride, domain)
     if n_out == 1:
-        tree = 2.0 * ((n - 1) * lat_up + nbytes / (efficiency * bw_up))
+        tree = 2.0 * ((n - 1) * lat_up + nbytes / (TREE_BUS_FACTOR * efficiency * bw_up))
         return tree if tree < best else best
     bus = n_in * bw_out
     if bw_up < bus:
         bus = bw_up
     depth = math.ceil(math.log2(n_out))
-    tree = 2.0 * ((n_in - 1) * lat_up + depth * lat_out) + 2.0 * nbytes / (efficiency * bus)
+    tree = 2.0 * ((n_in - 1) * lat_up + depth * lat_out) + 2.0 * nbytes / (TREE_BUS_FACTOR * efficiency * bus)
     if tree < best:
         best = tree
     if n_in > 1:

@@ -80,7 +80,9 @@ C_LINEAR_SPEEDUP = 27  # per plan: the linear layers' GEMM rate relative to bf16
 C_CAST_BYTES = 28  # per plan: HBM bytes per element of each linear layer's input (and output gradient) to quantize it, each pass
 C_WEIGHT_CAST_BYTES = 29  # per plan: HBM bytes per parameter to quantize the weights, once per step
 C_LP_WEIGHT_BYTES = 30  # per plan: bytes per parameter of the low-precision weight copies held beside the 16-bit weights
-C_SIZE = 31
+C_STRAGGLER_SPREAD = 31  # fitted, common: relative spread of per-rank step times (kernels.scale.straggler_time_s)
+C_PIPE_PARTITIONED = 32  # per stack: 1 where the pipeline engine sends 1/tp of each boundary tensor and all-gathers it over the tp ranks on receipt (DeepSpeed)
+C_SIZE = 33
 
 # recomputation modes
 RC_NONE = 0
@@ -152,16 +154,17 @@ O_MEM_RESERVED = 31  # CUDA context, library workspaces, communication buffers, 
 O_TP_COMM_TOTAL = 32
 O_CP_COMM_TOTAL = 33
 O_DP_COMM_TOTAL = 34
-O_SIZE = 35
+O_STRAGGLER = 35  # per step: expected wait for the slowest of the synchronising ranks (kernels.scale)
+O_SIZE = 36
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "transient", "buffers", "reserved")
 MEMORY_SLOTS = (25, 26, 27, 28, 29, 30, 31)
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
-             "optimizer")
+             "optimizer", "straggler")
 # the slot of each breakdown entry; ``ep_comm`` (mixture of experts) comes last
 BREAKDOWN_MOE = BREAKDOWN + ("ep_comm",)
-BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 24)
+BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24)
 
 # reasons a plan is masked (0 = valid and fits)
 REASONS = (

@@ -53,10 +53,12 @@ import numpy as np
 from numba import njit
 
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
+from .scale import straggler_time_s
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
     C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_LINEAR_SPEEDUP, C_CAST_BYTES, C_WEIGHT_CAST_BYTES, C_LP_WEIGHT_BYTES,
+    C_STRAGGLER_SPREAD, C_PIPE_PARTITIONED,
     M_HEAD_DIM, M_SHARED_FFN, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_TP_ASYNC_BWD, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
@@ -68,7 +70,7 @@ from .layout import (
     O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
     O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
     O_MEM_WEIGHTS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_ACTIVATIONS, O_MEM_TRANSIENT, O_MEM_BUFFERS, O_MEM_RESERVED,
-    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL,
+    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL, O_STRAGGLER,
     R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV, R_UNEVEN_CHUNKS,
     RC_FULL, RC_SELECTIVE,
     S_HBM_BW, S_HBM_BYTES, S_HOP_LAT, S_IDLE_W, S_LEAF_GPUS, S_OVERSUB, S_PEAK_FLOPS, S_SCALE_OUT_BW,
@@ -1145,7 +1147,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
 
     # pipeline stages
     l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
-    p2p = p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb)
+    p2p = p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb) + pipe_partition_gather_time(
+        model, system, calib, tp, pp, cp, mb)
     head = lc[L_HEAD_FWD] + lc[L_HEAD_BWD]
     if pp == 1:
         t_first = layers * per_layer + head + 2.0 * z3_embed
@@ -1213,7 +1216,10 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
         optimizer += memory_bound_time(calib[C_WEIGHT_CAST_BYTES] * (p_dev + pe_dev), 2.0, system[S_HBM_BW], calib)
 
     step = micro * t_max + bubble + dp_exposed + optimizer
+    straggler = step_straggler_time(step, gpus, calib)
+    step += straggler
     out[O_STEP] = step
+    out[O_STRAGGLER] = straggler
     out[O_COMPUTE] = micro * (l_crit * compute_l + head_crit)
     out[O_RECOMPUTE] = micro * l_crit * recomp_l
     out[O_TP_COMM] = micro * l_crit * tp_l
@@ -1262,3 +1268,43 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_ENDS] = z3_embed
     out[O_P2P] = p2p / (2.0 * v) if pp > 1 else 0.0
     out[O_DP_EXPOSED] = dp_exposed
+
+
+# --------------------------------------------------------------------------- what scale costs
+# (kept apart from the functions above so that changes to the stage layout merge cleanly)
+
+
+@njit(cache=True)
+def step_straggler_time(step_s, gpus, calib):
+    """Expected wait for the slowest rank in one step of ``step_s`` seconds on ``gpus`` GPUs
+    (:func:`~trainscale.kernels.scale.straggler_time_s` with the fitted spread
+    ``calib[C_STRAGGLER_SPREAD]``).
+
+    Every GPU of a step waits at its synchronisations: tensor-parallel ranks every layer, the
+    pipeline's stages at every transfer and its flush, the data-parallel replicas of every stage
+    at the gradient reduction. The step of the whole job therefore ends when its slowest rank's
+    does: ``N`` = all GPUs, once per step (a rank that is slow in one micro-batch is, for a
+    thermal or clock difference, slow in all of them, so the spread is of whole-step times)."""
+    return straggler_time_s(step_s, calib[C_STRAGGLER_SPREAD], gpus)
+
+
+@njit(cache=True)
+def pipe_partition_gather_time(model, system, calib, tp, pp, cp, mb):
+    """Seconds per micro-batch a stage spends re-assembling partitioned pipeline tensors
+    (``calib[C_PIPE_PARTITIONED]`` = 1: DeepSpeed's pipeline engine with tensor parallelism).
+
+    DeepSpeed's ``PipelineEngine`` (deepspeed/runtime/pipe/engine.py, v0.5-0.16:
+    ``is_pipe_partitioned = is_model_parallel``) sends each boundary activation as a
+    ``PartitionedTensor`` (its 1/tp share and a meta tensor) and the receiver rebuilds it with
+    ``PartitionedTensor.full()``, an all-gather over the tensor-parallel ("slice parallel") group,
+    before its forward; the gradient sent back is partitioned and gathered the same way before
+    the backward (``is_grad_partitioned``). Both gathers block the stage's compute, once per
+    micro-batch each: ``2 T_ag(2 b s h / cp)`` over the ``tp`` ranks. Megatron's own
+    scatter/gather of pipeline tensors is priced in :func:`p2p_stage_time` already."""
+    if calib[C_PIPE_PARTITIONED] <= 0.0 or pp <= 1 or tp <= 1:
+        return 0.0
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    nbytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN]
+    bw_t, lat_t = out_link(system, tp, 1)
+    return 2.0 * allgather_time(nbytes, tp, 1, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_t,
+                                lat_t, calib[C_NET_EFF])

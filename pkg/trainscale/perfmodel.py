@@ -699,7 +699,9 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     are re-priced until ``top`` distinct ones are found or the space runs out. Returns ``(summary, ranked)``:
     ``summary`` (:func:`trainscale.searchspace.space_summary`) counts the space's plans by reason, ``ranked``
     holds dicts with the plan, its predicted step time (simulated), the closed form's, throughput, MFU,
-    memory, and ``folded`` (the knob values of the plans folded into it). ``progress`` (optional) wraps the
+    memory, ``folded`` (the knob values of the plans folded into it) and ``confidence``
+    (:func:`trainscale.confidence.plan_confidence`: the nearest measured run, the distance from it, its dataset's
+    left-out error, and whether the plan's MFU exceeds the best measured on its generation by more than that). ``progress`` (optional) wraps the
     re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal. ``stack``,
     ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and ``tp_async_backward``
     are fixed plan fields of every plan searched (the share only on the selective ones); ``split_ends``
@@ -707,6 +709,7 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     (:mod:`trainscale.stackrules`, ``data/stack_rules.yaml``) are masked and counted by rule
     (``summary.attrs['plans_by_stack_rule']``) unless ``allow_unrunnable``.
     """
+    from .confidence import plan_confidence
     from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, price_space, space_summary
 
     model = resolve_model(model)
@@ -732,6 +735,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
         priced = sorted(priced + batch, key=lambda e: e["step_time_s"])
         rows = fold_equal_plans(priced)
         count = top - len(rows)
+    for row in rows[:top]:
+        row["confidence"] = plan_confidence(model, system, plan_from_grid_entry(row["plan"], global_batch), row["mfu"])
     return space_summary(prices), rows[:top]
 
 

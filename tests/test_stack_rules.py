@@ -184,3 +184,13 @@ def test_cli_predict_refuses_or_prices_with_a_warning(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "warning" in captured.err and json.loads(captured.out)[0]["unrunnable"] == \
         ["megatron-distributed-optimizer-is-zero1"]
+
+
+def test_a_search_with_only_unrunnable_plans_says_which_rules(capsys):
+    args = ["search", "--model", "gpt3-175b", "--system", A100, "--gpus", "64", "--global-batch", "1536",
+            "--stack", "deepspeed", "--fix", "tp=8", "pp=8", "cp=1", "zero=2", "shard_group=0", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"] == [] and out["plans_unrunnable"] > 0
+    assert out["reason"].startswith("no plan the deepspeed stack runs:") and \
+        "deepspeed-pipeline-needs-zero0-or-1" in out["reason"]

@@ -383,7 +383,15 @@ def _best_table_rows(best: Sequence[Mapping]) -> list[dict]:
 def _no_plan_reason(summary, args) -> str:
     """Why a search found nothing: no plan fits in memory, or every plan of the space is invalid, with
     the reasons the space's plans give (``summary['plans']`` by reason), most frequent first."""
+    from .kernels import layout as K
+
     plans = summary["plans"]
+    unrunnable = int(plans.sel(reason=K.REASONS[K.R_STACK_RULE]))
+    if unrunnable:
+        rules = ", ".join(f"{rule} ({n})" for rule, n in summary.attrs["plans_by_stack_rule"].items() if n)
+        fitting = "none of the others fits in memory; " if int(plans.sel(reason=K.REASONS[K.R_MEMORY])) else ""
+        return (f"no plan the {args.stack} stack runs: {fitting}it does not run {unrunnable} plans (stack rules: "
+                f"{rules}; --allow-unrunnable prices them)")
     if int(plans.sel(reason="does not fit in accelerator memory")) > 0:
         return "no plan fits in memory"
     total = int(plans.sum())

@@ -70,7 +70,7 @@ def test_memory_side_by_side_with_calculon(row):
     zero = 2 if row["optimizer_sharding"] == "true" else 0
     run = validation.calculon_run(row)
     assert run.plan.zero == zero
-    p = perfmodel.predict(run)
+    p = perfmodel.predict(run, allow_unrunnable=True, warn=False)  # Calculon's sharding is ZeRO-2 (validation.calculon_run)
     mem = p.memory_breakdown_gib
     assert sum(mem.values()) == pytest.approx(p.memory_gib_per_gpu, rel=1e-12)
     pp, t = run.plan.pp, run.plan.tp

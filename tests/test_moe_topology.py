@@ -235,7 +235,7 @@ RUNS = [
     ("gpt3-175b", "dgx-a100-80gb", 1024, dict(tp=8, pp=16, interleave=2, global_batch=1536, micro_batch=1)),
     ("llama2-70b", "dgx-h100", 256, dict(tp=8, pp=4, global_batch=256, micro_batch=1, sequence_parallel=True,
                                          zero=1)),
-    ("llama2-7b", "dgx-h100", 64, dict(tp=1, global_batch=128, zero=3, overlap_grad_reduce=True)),
+    ("llama2-7b", "dgx-h100", 64, dict(tp=1, global_batch=128, zero=3, overlap_grad_reduce=True, stack="fsdp")),
 ]
 
 

@@ -149,8 +149,10 @@ def test_context_parallel_ring_is_reported_even_when_hidden():
 
 @pytest.mark.parametrize("zero", [0, 1, 3])
 def test_data_parallel_overlap_exposes_at_most_the_total(zero):
-    plain = perfmodel.predict(_run(zero=zero, dp=8, pp=1, global_batch=64))
-    over = perfmodel.predict(_run(zero=zero, dp=8, pp=1, global_batch=64, overlap_grad_reduce=True))
+    # ZeRO-3 on the megatron stack is not a plan Megatron-LM runs (data/stack_rules.yaml): priced for the property
+    plain = perfmodel.predict(_run(zero=zero, dp=8, pp=1, global_batch=64), allow_unrunnable=True, warn=False)
+    over = perfmodel.predict(_run(zero=zero, dp=8, pp=1, global_batch=64, overlap_grad_reduce=True),
+                             allow_unrunnable=True, warn=False)
     assert over.step_time_s <= plain.step_time_s * (1 + 1e-12)
     assert over.breakdown["dp_comm"] <= over.comm_total_s["dp_comm"] * (1 + 1e-12)
     assert plain.breakdown["dp_comm"] == pytest.approx(plain.comm_total_s["dp_comm"], rel=1e-9)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -253,7 +254,11 @@ def cmd_predict(args) -> int:
     results = []
     for run in _progress(runs, len(runs), "predict") if len(runs) > 1 else runs:
         try:
-            result = perfmodel.predict(run).as_dict()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", perfmodel.UnrunnablePlanWarning)
+                result = perfmodel.predict(run, allow_unrunnable=args.allow_unrunnable).as_dict()
+            for warning in caught:
+                _warn(str(warning.message))
         except SpecError:
             raise
         except (ValueError, TypeError, ZeroDivisionError, OverflowError, FloatingPointError) as exc:
@@ -337,6 +342,7 @@ SPLIT_ENDS = {"none": 0, "embedding": 1, "loss": 2, "both": 3}
 
 def cmd_search(args) -> int:
     from . import perfmodel
+    from .kernels import layout as K
     from .specs import RunSpec, resolve_model, resolve_system
 
     model = resolve_model(_spec_arg(args.model, "model"), where="--model")
@@ -359,10 +365,15 @@ def cmd_search(args) -> int:
                                        grad_reduce_fp32=args.grad_reduce_fp32,
                                        recompute_share=args.recompute_share, rotary_kernel=args.rotary_kernel,
                                        tp_async_backward=_on_off(args.tp_async_backward),
-                                       split_ends=SPLIT_ENDS[args.split_ends])
-    best = _predicted_rows(ranked, model, system, args.global_batch)
+                                       split_ends=SPLIT_ENDS[args.split_ends],
+                                       allow_unrunnable=args.allow_unrunnable)
+    if args.allow_unrunnable:
+        _warn(f"--allow-unrunnable: the search includes plans the {args.stack} stack does not run")
+    best = _predicted_rows(ranked, model, system, args.global_batch, args.allow_unrunnable)
     counts = {"plans_evaluated": summary.attrs["space_size"], "plans_priced": summary.attrs["plans_priced"],
-              "plans_feasible": summary.attrs["plans_feasible"]}
+              "plans_feasible": summary.attrs["plans_feasible"],
+              "plans_unrunnable": int(summary["plans"].sel(reason=K.REASONS[K.R_STACK_RULE])),
+              "plans_by_stack_rule": summary.attrs["plans_by_stack_rule"]}
     if args.json:
         _dump_json({"model": model.name, "system": system.name, "gpus": args.gpus, "stack": args.stack,
                     "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
@@ -375,13 +386,19 @@ def cmd_search(args) -> int:
     print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch} sequences, "
           f"stack {args.stack}" + ("" if args.stack != "megatron" else " (the default; --stack picks another)"))
     print(f"plans evaluated: {counts['plans_evaluated']}, feasible: {counts['plans_feasible']} "
-          f"(priced: {counts['plans_priced']}, the rest structurally invalid; --space lists the space)")
+          f"(priced: {counts['plans_priced']}, the rest structurally invalid; --space lists the space); "
+          f"the {args.stack} stack does not run {counts['plans_unrunnable']} of the priced plans "
+          f"(data/stack_rules.yaml)")
     if not best:
         print(_no_plan_reason(summary, args))
         return 0
     print(_table(_best_table_rows(best)))
     print("differs: from the best plan; same cost: settings priced alike, folded into the row "
           "(step time and memory equal to 1e-12)")
+    print("validated: the nearest measured run of this stack and generation: the mechanisms in which the plan "
+          "differs, its model size and GPUs relative to the run's, and that dataset's left-out error; above best: "
+          "predicted MFU above the best measured on the generation (gen) or by the stack there (stack) by more "
+          "than that error (README, 'How far a plan is from what was measured')")
     return 0
 
 
@@ -395,7 +412,8 @@ def _space_text(space: Mapping) -> str:
     return "\n".join(lines)
 
 
-def _predicted_rows(ranked: Sequence[Mapping], model, system, global_batch: int) -> list[dict]:
+def _predicted_rows(ranked: Sequence[Mapping], model, system, global_batch: int,
+                    allow_unrunnable: bool = False) -> list[dict]:
     """Each ranked plan with the same fields as ``predict``, what it folds and how it differs from the best."""
     from . import perfmodel
     from .inputs import check_finite
@@ -406,14 +424,16 @@ def _predicted_rows(ranked: Sequence[Mapping], model, system, global_batch: int)
     for entry in _progress(ranked, len(ranked), "predict"):
         run = RunSpec(id=f"rank-{len(best) + 1}", model=model, system=system,
                       plan=perfmodel.plan_from_grid_entry(entry["plan"], global_batch))
-        result = perfmodel.predict(run).as_dict()
+        result = perfmodel.predict(run, allow_unrunnable=allow_unrunnable, warn=False).as_dict()
         check_finite(result, where=f"plan of rank {len(best) + 1}")
         best.append({"plan": entry["plan"], **result, "folded": entry["folded"],
-                     "differs_from_best": plan_differences(entry["plan"], ranked[0]["plan"])})
+                     "differs_from_best": plan_differences(entry["plan"], ranked[0]["plan"]),
+                     "confidence": entry["confidence"]})
     return best
 
 
 def _best_table_rows(best: Sequence[Mapping]) -> list[dict]:
+    from .confidence import above_text, confidence_text
     from .searchspace import differs_text, fold_text
 
     rows = []
@@ -423,7 +443,8 @@ def _best_table_rows(best: Sequence[Mapping]) -> list[dict]:
         row.update({"step_s": entry["step_time_s"], "tokens/s": entry["tokens_per_s"],
                     "MFU": entry["mfu"], "mem_GiB": entry["memory_gib_per_gpu"],
                     "differs": differs_text(entry["plan"], best[0]["plan"]) or "-",
-                    "same cost": fold_text(entry) or "-"})
+                    "same cost": fold_text(entry) or "-",
+                    "validated": confidence_text(entry["confidence"]), "above best": above_text(entry["confidence"])})
         rows.append(row)
     return rows
 
@@ -431,7 +452,15 @@ def _best_table_rows(best: Sequence[Mapping]) -> list[dict]:
 def _no_plan_reason(summary, args) -> str:
     """Why a search found nothing: no plan fits in memory, or every plan of the space is invalid, with
     the reasons the space's plans give (``summary['plans']`` by reason), most frequent first."""
+    from .kernels import layout as K
+
     plans = summary["plans"]
+    unrunnable = int(plans.sel(reason=K.REASONS[K.R_STACK_RULE]))
+    if unrunnable:
+        rules = ", ".join(f"{rule} ({n})" for rule, n in summary.attrs["plans_by_stack_rule"].items() if n)
+        fitting = "none of the others fits in memory; " if int(plans.sel(reason=K.REASONS[K.R_MEMORY])) else ""
+        return (f"no plan the {args.stack} stack runs: {fitting}it does not run {unrunnable} plans (stack rules: "
+                f"{rules}; --allow-unrunnable prices them)")
     if int(plans.sel(reason="does not fit in accelerator memory")) > 0:
         return "no plan fits in memory"
     total = int(plans.sum())
@@ -842,6 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=plan_fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", metavar="RUNS.yaml", help="one run (a mapping) or 'runs:' with a list of runs")
     p.add_argument("--json", action="store_true", help="print one JSON array, one object per run")
+    p.add_argument("--allow-unrunnable", action="store_true",
+                   help="price a plan its stack does not run (data/stack_rules.yaml) with a warning, instead of refusing it")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("search", help="search the plan space for the fastest plans that fit")
@@ -877,6 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--space", action="store_true", help="print the search space (every axis and its values) and "
                    "its size, then stop")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--allow-unrunnable", action="store_true",
+                   help="also propose plans the stack does not run (data/stack_rules.yaml), with a warning")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("plan", help="plan a pipeline over a heterogeneous cluster (groups + links YAML)")

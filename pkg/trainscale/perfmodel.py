@@ -293,6 +293,9 @@ class Prediction:
     breakdown: dict = field(default_factory=dict)
     memory_breakdown_gib: dict = field(default_factory=dict)
     comm_total_s: dict = field(default_factory=dict)
+    unrunnable: list = field(default_factory=list)
+    """The stack rules the plan breaks (:mod:`trainscale.stackrules`): empty unless priced with
+    ``allow_unrunnable``."""
     stage_layers: list = field(default_factory=list)
     """Transformer layers priced on each pipeline device, one list of its chunks' layers per device
     (``[[6], [8], [8], [8]]``; interleaved ``[[3, 4], [4, 4], ...]``); ``as_dict`` shows it where the
@@ -318,6 +321,8 @@ class Prediction:
         out["breakdown"] = dict(self.breakdown)
         out["memory_breakdown_gib"] = dict(self.memory_breakdown_gib)
         out["comm_total_s"] = dict(self.comm_total_s)
+        if self.unrunnable:
+            out["unrunnable"] = list(self.unrunnable)
         if len({n for device in self.stage_layers for n in device}) > 1:
             out["stage_layers"] = [list(device) for device in self.stage_layers]
         return out
@@ -452,13 +457,17 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
 
 
 def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = None,
-            pipeline_simulation: bool = True) -> Prediction:
+            pipeline_simulation: bool = True, allow_unrunnable: bool = False, warn: bool = True) -> Prediction:
     """Predict one run (a :class:`RunSpec` or the mapping the CLI reads).
 
     With pipeline parallelism the pipeline is simulated (:func:`simulate_pipeline`);
-    ``pipeline_simulation=False`` keeps the grid kernel's closed form."""
+    ``pipeline_simulation=False`` keeps the grid kernel's closed form. A plan its stack does not run
+    (:mod:`trainscale.stackrules`) is refused with a :class:`SpecError` naming the rule, unless
+    ``allow_unrunnable``: then it is priced, its ``unrunnable`` lists the rules it breaks, and (``warn``)
+    an :class:`UnrunnablePlanWarning` says so."""
     if not isinstance(run, RunSpec):
         run = RunSpec.from_dict(run)
+    broken = _broken_stack_rules(run, allow_unrunnable, warn)
     calib = plan_calibration_vector(run.system, run.plan, calibration)
     out = plan_vector(run.model, run.system, run.plan, calib)
     if pipeline_simulation and run.plan.pp > 1 and np.isfinite(out[K.O_STEP]):
@@ -467,8 +476,31 @@ def predict(run: RunSpec | Mapping, calibration: Mapping[str, float] | None = No
     if structural and not (np.isfinite(out[K.O_STEP]) and out[K.O_STEP] > 0 and np.isfinite(out[K.O_MEM_BYTES])):
         raise SpecError("run", run.id, "the prediction is not a finite positive step time; a model, system or "
                         "plan value is out of scale")
-    return _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch,
-                       chunk_layer_counts(run.model, run.plan))
+    prediction = _prediction(run.id, out, run.model, run.system, run.gpus, run.plan.global_batch,
+                             chunk_layer_counts(run.model, run.plan))
+    prediction.unrunnable = [rule.id for rule in broken]
+    return prediction
+
+
+class UnrunnablePlanWarning(UserWarning):
+    """A plan its stack does not run was priced (``allow_unrunnable``)."""
+
+
+def _broken_stack_rules(run: RunSpec, allow_unrunnable: bool, warn: bool) -> list:
+    """The stack rules ``run``'s plan breaks: refused (the first, as a :class:`SpecError`) unless allowed."""
+    from .stackrules import broken_rules, refusal
+
+    broken = broken_rules(run.plan, run.system)
+    if broken and not allow_unrunnable:
+        raise SpecError(*refusal(broken[0], run.plan, run.system), where=f"run {run.id!r}")
+    if broken and warn:
+        import warnings
+
+        field_name, value, valid = refusal(broken[0], run.plan, run.system)
+        warnings.warn(f"run {run.id!r}: priced a plan the {run.plan.stack} stack does not run "
+                      f"({field_name} = {value}; rules broken: {', '.join(r.id for r in broken)})",
+                      UnrunnablePlanWarning, stacklevel=3)
+    return broken
 
 
 # --------------------------------------------------------------------------- model API for studies
@@ -736,7 +768,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            calibration: Mapping | None = None, rerank: int = RERANK_CANDIDATES,
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
            recompute_share: float | None = None, rotary_kernel: str = "",
-           tp_async_backward: bool | None = None, split_ends: int = 0) -> tuple[xr.Dataset, list[dict]]:
+           tp_async_backward: bool | None = None, split_ends: int = 0,
+           allow_unrunnable: bool = False) -> tuple[xr.Dataset, list[dict]]:
     """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
     The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
@@ -747,12 +780,17 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     are re-priced until ``top`` distinct ones are found or the space runs out. Returns ``(summary, ranked)``:
     ``summary`` (:func:`trainscale.searchspace.space_summary`) counts the space's plans by reason, ``ranked``
     holds dicts with the plan, its predicted step time (simulated), the closed form's, throughput, MFU,
-    memory, and ``folded`` (the knob values of the plans folded into it). ``progress`` (optional) wraps the
+    memory, ``folded`` (the knob values of the plans folded into it) and ``confidence``
+    (:func:`trainscale.confidence.plan_confidence`: the nearest measured run, the distance from it, its dataset's
+    left-out error, and whether the plan's MFU exceeds the best measured on its generation by more than that). ``progress`` (optional) wraps the
     re-pricing loop, e.g. :func:`trainscale.progress.progress` for a bar on a terminal. ``stack``,
     ``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel`` and ``tp_async_backward``
     are fixed plan fields of every plan searched (the share only on the selective ones); ``split_ends``
-    (:func:`evaluate_grid`) the pipeline split of every pipelined one.
+    (:func:`evaluate_grid`) the pipeline split of every pipelined one. Plans the stack does not run
+    (:mod:`trainscale.stackrules`, ``data/stack_rules.yaml``) are masked and counted by rule
+    (``summary.attrs['plans_by_stack_rule']``) unless ``allow_unrunnable``.
     """
+    from .confidence import plan_confidence
     from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, price_space, space_summary
 
     model = resolve_model(model)
@@ -763,8 +801,9 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
                                rotary_kernel, tp_async_backward)
     _check_split_ends(split_ends)
-    prices = price_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends)
-    fixed = {"stack": stack, "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
+    prices = price_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends,
+                         stack_rules=None if allow_unrunnable else stack, fixed={"compiled": bool(compiled)})
+    fixed = {"stack": stack, "allow_unrunnable": bool(allow_unrunnable), "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
              "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
              "recompute_share": recompute_share, "split_ends": int(split_ends)}
     stream = CandidateStream(distinct_plans(prices))
@@ -777,6 +816,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
         priced = sorted(priced + batch, key=lambda e: e["step_time_s"])
         rows = fold_equal_plans(priced)
         count = top - len(rows)
+    for row in rows[:top]:
+        row["confidence"] = plan_confidence(model, system, plan_from_grid_entry(row["plan"], global_batch), row["mfu"])
     return space_summary(prices), rows[:top]
 
 
@@ -794,7 +835,7 @@ def _reprice(entry: dict, model: ModelSpec, system: SystemSpec, global_batch: in
         plan["embedding_in_split"] = bool(fixed["split_ends"] & 1)
         plan["loss_in_split"] = bool(fixed["split_ends"] & 2)
     p = predict(RunSpec(id="search", model=model, system=system, plan=plan_from_grid_entry(plan, global_batch)),
-                calibration)
+                calibration, allow_unrunnable=fixed["allow_unrunnable"], warn=False)
     entry["closed_form_step_time_s"] = entry["step_time_s"]
     entry.update(step_time_s=p.step_time_s, tokens_per_s=p.tokens_per_s, mfu=p.mfu,
                  memory_gib_per_gpu=p.memory_gib_per_gpu, power_W_per_gpu=p.power_W_per_gpu,
@@ -876,7 +917,7 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     loss_in_split=bool(p.get("loss_in_split", False)))
 
 
-__all__ = ["Prediction", "predict", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
+__all__ = ["Prediction", "predict", "UnrunnablePlanWarning", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
            "plan_from_grid_entry", "EP_AXIS", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
            "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES", "plan_split",

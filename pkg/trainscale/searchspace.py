@@ -15,7 +15,7 @@ flash attention, ZeRO stages and shard groups that the model prices alike).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -63,6 +63,7 @@ class SpacePrices:
     mem_bytes: np.ndarray
     reason: np.ndarray
     plans_by_reason: np.ndarray
+    plans_by_rule: dict = field(default_factory=dict)
 
     @property
     def knob_axes(self) -> tuple:
@@ -95,9 +96,12 @@ class SpacePrices:
 
 
 def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping,
-                split_ends: int = 0) -> SpacePrices:
+                split_ends: int = 0, stack_rules: str | None = None, fixed: Mapping | None = None) -> SpacePrices:
     """Price every structurally valid plan of ``space`` (resolved ``model``/``system``, calibration vector);
-    ``split_ends`` the pipeline split of every pipelined plan (:func:`trainscale.kernels.plan.split_reason`)."""
+    ``split_ends`` the pipeline split of every pipelined plan (:func:`trainscale.kernels.plan.split_reason`).
+    ``stack_rules`` (a stack name; None: none) masks the priced plans that stack does not run
+    (:mod:`trainscale.stackrules`, reason ``R_STACK_RULE``; ``fixed``: the search-wide plan fields such as
+    ``compiled``), counted per rule in ``plans_by_rule``."""
     values = space_values(space)
     arrays = {name: _axis(vals, name) for name, vals in values.items()}
     mvec, svec = model_vector(model), system_vector(system)
@@ -117,8 +121,34 @@ def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, 
     counts = other_knobs * invalid_plan_counts(mvec, int(gpus), int(global_batch),
                                                _layout_values(arrays, _layout_indices(values, ~valid)),
                                                shard_v, ep_v, even_split, len(K.REASONS), ends)
+    by_rule = {}
+    if stack_rules is not None:
+        by_rule = _mask_stack_rules(reason, values, layout_values, dps[valid], stack_rules, system, fixed or {})
     counts += np.bincount(reason, minlength=len(K.REASONS))
-    return SpacePrices(values, layouts, dps[valid], step_s, mem_bytes, reason, counts)
+    return SpacePrices(values, layouts, dps[valid], step_s, mem_bytes, reason, counts, by_rule)
+
+
+def _mask_stack_rules(reason: np.ndarray, values: Mapping, layout_values: np.ndarray, dps: np.ndarray, stack: str,
+                      system, fixed: Mapping) -> dict:
+    """Set ``R_STACK_RULE`` (in place) on the valid priced plans the stack does not run; plans per rule.
+    Each field is an array broadcast over ``[layout, *knob axes]``: no per-plan Python."""
+    from .stackrules import broken_mask
+
+    knob_axes = tuple(values)[len(LAYOUT_AXES):]
+    ndim = 1 + len(knob_axes)
+    fields = {name: layout_values[:, i].reshape((-1,) + (1,) * (ndim - 1)) for i, name in enumerate(LAYOUT_AXES)}
+    fields["dp"] = dps.reshape((-1,) + (1,) * (ndim - 1))
+    for axis, name in enumerate(knob_axes, start=1):
+        shape = [1] * ndim
+        shape[axis] = len(values[name])
+        fields[name] = np.asarray(values[name]).reshape(shape)
+    fields.update({k: v for k, v in fixed.items() if k not in fields})
+    shape = (layout_values.shape[0],) + tuple(len(values[n]) for n in knob_axes)
+    view = reason.reshape(shape)
+    eligible = (view == K.R_OK) | (view == K.R_MEMORY)
+    broken, by_rule = broken_mask(stack, fields, system, eligible)
+    view[broken] = K.R_STACK_RULE
+    return by_rule
 
 
 def _layout_indices(values: Mapping, mask: np.ndarray) -> np.ndarray:
@@ -240,6 +270,7 @@ def space_summary(prices: SpacePrices) -> xr.Dataset:
     priced = int(prices.reason.size)
     return xr.Dataset({"plans": plans}, attrs={
         "space_size": prices.size, "plans_priced": priced, "plans_feasible": int(prices.feasible.size),
+        "plans_by_stack_rule": dict(prices.plans_by_rule),
         "space": {name: [_short(v) if isinstance(v, bool) else v for v in vals]
                   for name, vals in prices.values.items()}})
 

@@ -180,6 +180,7 @@ REASONS = (
     "does not fit in accelerator memory",
     "ep does not divide the experts and dp (or ep > 1 on a dense model)",
     "the stack splits layers evenly over interleaved chunks: pp*interleave must divide the layers",
+    "the stack does not run this combination (data/stack_rules.yaml)",
 )
 R_OK = 0
 R_TP_HEADS = 1
@@ -193,3 +194,4 @@ R_SHARD = 8
 R_MEMORY = 9
 R_EP = 10
 R_UNEVEN_CHUNKS = 11
+R_STACK_RULE = 12  # set by trainscale.searchspace after pricing (trainscale.stackrules), never by a kernel

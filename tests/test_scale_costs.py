@@ -65,19 +65,22 @@ def _run(gpus, gb, model="gpt-175b", tp=8, pp=8, stack="megatron", **plan):
             "plan": dict(tp=tp, pp=pp, micro_batch=1, global_batch=gb, recompute="full", stack=stack, **plan)}
 
 
+# The spread's prior (calibration.yaml): the stored value is 0 until the refit that fits it (see its comment).
+PRIOR_SPREAD = {"straggler_spread": 0.01}
+
+
 def test_straggler_is_in_the_breakdown_and_the_step():
-    p = perfmodel.predict(_run(1024, 1024))
+    p = perfmodel.predict(_run(1024, 1024), PRIOR_SPREAD)
     assert p.breakdown["straggler"] > 0.0
     assert sum(p.breakdown.values()) == pytest.approx(p.step_time_s, rel=1e-9)
     off = perfmodel.predict(_run(1024, 1024), {"straggler_spread": 0.0})
-    spread = perfmodel.calibration_parameters("ampere")["straggler_spread"]
-    assert p.step_time_s == pytest.approx(off.step_time_s * (1.0 + spread * expected_max_normal(1024)), rel=1e-9)
+    assert p.step_time_s == pytest.approx(off.step_time_s * (1.0 + 0.01 * expected_max_normal(1024)), rel=1e-9)
 
 
 def test_weak_scaling_is_never_perfect_nor_faster_with_more_gpus():
     """At a fixed batch per GPU, more data-parallel replicas never make a step shorter, and the
     straggler term alone makes it strictly longer."""
-    steps = [perfmodel.predict(_run(g, g // 8)).step_time_s for g in (512, 1024, 2048, 4096, 8192, 16384)]
+    steps = [perfmodel.predict(_run(g, g // 8), PRIOR_SPREAD).step_time_s for g in (512, 1024, 2048, 4096, 8192, 16384)]
     assert np.all(np.diff(steps) > 0.0)
 
 

@@ -32,7 +32,7 @@ def run(plan, stack="megatron", gpus=64, model=GPT3, system=A100):
 
 def test_every_measured_run_passes_the_rules(measured):
     """Each measured run is a plan its stack ran: no rule may refuse one."""
-    assert len(measured) == 1689
+    assert len(measured) == 1712  # 1,689 and the 23 Megatron-Bridge 25.11 rows
     broken = {m.run.id: [r.id for r in stackrules.broken_rules(m.run.plan, m.run.system)] for m in measured}
     assert {k: v for k, v in broken.items() if v} == {}
 
@@ -47,7 +47,7 @@ def test_every_rule_has_a_source_and_a_why():
 
 @pytest.mark.parametrize("stack, plan, rule", [
     ("megatron", {"zero": 2}, "megatron-distributed-optimizer-is-zero1"),
-    ("nemo", {"zero": 3}, "nemo-distributed-optimizer-is-zero1"),
+    ("nemo", {"zero": 2}, "nemo-distributed-optimizer-or-megatron-fsdp"),
     ("megatron", {"tp": 16, "pp": 4, "sequence_parallel": True, "tp_comm_overlap": True},
      "megatron-tp-overlap-within-nvlink-domain"),
     ("deepspeed", {"zero": 2}, "deepspeed-pipeline-needs-zero0-or-1"),
@@ -149,7 +149,7 @@ def test_each_searched_plan_carries_its_confidence(gpt3_search):
     # best measured MFU on Ampere: fms-fsdp's compiled Llama 2 7B (its README: MFU 0.68); on Megatron: 56%
     assert conf["best_measured_mfu"] == pytest.approx(0.672, abs=0.002)
     assert conf["best_measured_mfu_stack"] == pytest.approx(0.563, abs=0.002)
-    assert ranked[0]["mfu"] > 0.66 and conf["above_best_measured_stack"] is True
+    assert ranked[0]["mfu"] > conf["best_measured_mfu_stack"] + 0.05 and conf["above_best_measured_stack"] is True
     assert conf["above_best_measured"] is False
 
 

@@ -125,8 +125,11 @@ def overlap_study(models: Sequence[str], systems: Sequence[str], precisions: Seq
             for k, precision in enumerate(precisions):
                 if precision == "fp8" and system.peak_flops_fp8 is None:
                     continue
+                # an FSDP-style ZeRO-3 plan priced with the default stack's calibration, as this study always did;
+                # the megatron stack's rules refuse ZeRO-3 (a known gap: issue 38's rules are newer than the study)
                 fit = perfmodel.predict(RunSpec(id=run.id, model=model, plan=plan,
-                                                system=ov.precision_system(system, precision)))
+                                                system=ov.precision_system(system, precision)),
+                                        allow_unrunnable=True, warn=False)
                 scalars["memory_gib_per_gpu"][i, j, k] = fit.memory_gib_per_gpu
                 if not fit.fits:
                     continue
@@ -225,14 +228,15 @@ def message_size_sweep(model: str, systems: Sequence[str], precisions: Sequence[
                 continue
             psys = ov.precision_system(system, precision)
             seq = RunSpec(id=name, model=model_spec, system=psys, plan=dataclasses.replace(plan, overlap_grad_reduce=False))
-            alone = perfmodel.predict(seq)
+            alone = perfmodel.predict(seq, allow_unrunnable=True, warn=False)
             base = alone.breakdown["compute"] + alone.breakdown["recompute"]
             for s, size in enumerate(sizes):
                 t = perfmodel.collective_time_s(system, "allgather", size, n)
                 wire = (n - 1) / n * size / t
                 cont = ov.contention(psys, size, wire, profile["hbm_bytes_per_wire_byte"])
                 busy = perfmodel.predict(RunSpec(id=name, model=model_spec, plan=seq.plan,
-                                                 system=ov.contended_system(psys, cont["channels"], cont["hbm_share"])))
+                                                 system=ov.contended_system(psys, cont["channels"], cont["hbm_share"])),
+                                         allow_unrunnable=True, warn=False)
                 out["contention_slowdown"][j, k, s] = (busy.breakdown["compute"] + busy.breakdown["recompute"]) / base - 1
                 out["sm_share"][j, k, s] = cont["sm_share"]
                 out["hbm_share"][j, k, s] = cont["hbm_share"]

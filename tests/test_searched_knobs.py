@@ -12,9 +12,19 @@ from trainscale import validation
 from trainscale.cli import main
 
 
+def search_expresses(m) -> bool:
+    """The search's grid cannot express a low-precision, expert-tensor-parallel or custom-layout plan nor an MoE
+    model's dense and shared layers yet (issue 36, item 4): the Megatron-Bridge rows are left out of these checks."""
+    plan = m.run.plan
+    return (plan.precision == "bf16" and not plan.etp and not plan.custom_pipeline_layout
+            and not m.run.model.is_moe)
+
+
 @pytest.fixture(scope="module")
 def searched():
-    return validation.searched_dataset()
+    ds = validation.searched_dataset()
+    runs = {m.run.id: m for m in validation.measured_runs(None)}
+    return ds.isel(run=[i for i, r in enumerate(ds["run"].values) if search_expresses(runs[str(r)])])
 
 
 def by_id(run_id):
@@ -97,7 +107,8 @@ def test_validate_prints_the_searched_runs(capsys):
     got = json.loads(capsys.readouterr().out)
     datasets = {row["dataset"] for row in got["summary"]}
     assert {"published", "megatron-hopper"} <= datasets
-    assert all(row["rel_error_searched"] is not None for row in got["runs"])
+    runs = {m.run.id: m for m in validation.measured_runs(None)}
+    assert all(row["rel_error_searched"] is not None for row in got["runs"] if search_expresses(runs[row["run"]]))
     runs = [row["run"] for row in got["runs"]]
     assert len(runs) == len(set(runs)) == sum(row["runs"] for row in got["summary"]), "each run once"
 

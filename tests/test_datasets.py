@@ -33,8 +33,6 @@ def required_attrs(var: xr.DataArray) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("relpath", DATASETS)
 def test_every_variable_and_coordinate_has_units_and_long_name(relpath):
-    if relpath == "validation/validation.nc":  # known gap (2026-12-06), see tests/test_study_validation.py
-        pytest.xfail("the precision coordinate the Megatron-Bridge merge added has no long_name/units yet")
     with xr.open_dataset(REPO_ROOT / "figures" / relpath, engine="h5netcdf") as ds:
         lacking = {name: [k for k in required_attrs(ds[name]) if not ds[name].attrs.get(k)]
                    for name in [*ds.data_vars, *ds.coords]}

@@ -22,7 +22,7 @@ FLOOR = 0.5
 def run(system="dgx-h100", model="llama2-7b", zero=3, gpus=4):
     return {"model": model, "system": system, "gpus": gpus,
             "plan": {"dp": gpus, "zero": zero, "micro_batch": 2, "global_batch": 8 * gpus, "recompute": "selective",
-                     "flash_attention": True}}
+                     "flash_attention": True, "stack": "fsdp"}}
 
 
 # --------------------------------------------------------------------------- kernels

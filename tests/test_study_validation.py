@@ -68,7 +68,6 @@ def test_a_missing_cross_validation_is_not_reproduced(tmp_path):
     assert records["nemo-hopper"].verdict == "not reproduced"
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (2026-12-06): the precision coordinate the Megatron-Bridge merge added to validation_dataset has no long_name/units; adding them changes validation.py, which every study's fingerprint holds, so it waits for the next full figure regeneration")
 def test_every_variable_and_coordinate_is_described():
     """The dataset the notebook saves (public runs, no vTrain): long_name everywhere, units on numbers."""
     from trainscale.validation import validation_dataset
@@ -81,7 +80,6 @@ def test_every_variable_and_coordinate_is_described():
     assert ds.sizes["run"] > 0 and np.isfinite(ds["rel_error"].values).all()
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (2026-12-06): the precision coordinate the Megatron-Bridge merge added to validation_dataset has no long_name/units; adding them changes validation.py, which every study's fingerprint holds, so it waits for the next full figure regeneration")
 @pytest.mark.workflow
 def test_quick_workflow_writes_described_outputs(quick_workflow):
     from trainscale import comparison

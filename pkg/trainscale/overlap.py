@@ -177,11 +177,8 @@ def overlap_inputs(run: RunSpec | Mapping, precision: str = "bf16") -> dict:
     seq_plan = dataclasses.replace(run.plan, overlap_grad_reduce=False)
     ov_plan = dataclasses.replace(run.plan, overlap_grad_reduce=True)
     seq_run = RunSpec(id=run.id, model=run.model, system=system, plan=seq_plan)
-    # The caller chose the plan (the overlap study's FSDP-style ZeRO-3 on the default stack, priced as before
-    # the stack rules): price it even where its stack's rules refuse it.
-    seq = perfmodel.predict(seq_run, IDEAL_OVERLAP, allow_unrunnable=True, warn=False)
-    ideal = perfmodel.predict(RunSpec(id=run.id, model=run.model, system=system, plan=ov_plan), IDEAL_OVERLAP,
-                              allow_unrunnable=True, warn=False)
+    seq = perfmodel.predict(seq_run, IDEAL_OVERLAP)
+    ideal = perfmodel.predict(RunSpec(id=run.id, model=run.model, system=system, plan=ov_plan), IDEAL_OVERLAP)
     compute = _compute(seq)
     comm = seq.breakdown["dp_comm"]
     rest = seq.step_time_s - compute - comm
@@ -193,7 +190,7 @@ def overlap_inputs(run: RunSpec | Mapping, precision: str = "bf16") -> dict:
     if comm > 0.0 and profile["ranks"] > 1:
         busy = perfmodel.predict(RunSpec(id=run.id, model=run.model, plan=seq_plan,
                                          system=contended_system(system, cont["channels"], cont["hbm_share"])),
-                                 IDEAL_OVERLAP, allow_unrunnable=True, warn=False)
+                                 IDEAL_OVERLAP)
         slowdown = _compute(busy) / compute - 1.0
     else:
         cont = {"channels": 0, "sm_share": 0.0, "hbm_share": 0.0}

@@ -359,7 +359,9 @@ COORD_NAMES = {"run": "measured run (id)", "dataset": "dataset the run belongs t
                "model": "model", "source": "where the measurement is published", "gpus": "GPUs",
                "tp": "tensor-parallel degree", "pp": "pipeline-parallel degree", "dp": "data-parallel degree",
                "global_batch": "global batch (sequences per step)",
-               "stack": "software stack", "generation": "GPU generation", "fitted": "used to fit the calibration"}
+               "stack": "software stack", "precision": "GEMM precision of the run (bf16, fp8, mxfp8, nvfp4)",
+               "kind": "dense or mixture-of-experts model", "generation": "GPU generation",
+               "fitted": "used to fit the calibration"}
 
 
 def left_out_mape(datasets) -> np.ndarray:

@@ -6,7 +6,9 @@ model's search (:func:`trainscale.perfmodel.search` over the strategy's plan spa
   prefetch overlap;
 - ``hsdp``: hybrid sharding, ZeRO-3 inside a group of nodes and data-parallel replicas across groups;
 - ``tp-pp``: tensor parallelism inside the node, pipeline parallelism across nodes, data parallelism with a
-  sharded optimizer (Megatron-style 3D parallelism).
+  sharded optimizer (3D parallelism): ZeRO-1 where the stack has an optimizer-only sharding (Megatron's
+  distributed optimizer), ZeRO-2 where it shards gradients with the states (FSDP beside pipelines), as the
+  stack's rules (``data/stack_rules.yaml``) say it runs.
 
 None of them splits a sequence (no context parallelism: the paper's strategies do not), so a fixed batch with
 fewer sequences than data-parallel ranks has no plan. FlashAttention is offered only where it runs (Ampere and
@@ -83,7 +85,9 @@ def strategy_space(strategy: str, model, system, gpus: int, global_batch: int) -
     if strategy == "tp-pp":
         tp = [t for t in _pow2_upto(system.gpus_per_node) if model.heads % t == 0 and model.kv_heads % t == 0]
         pp = [p for p in _pow2_upto(min(gpus, model.layers)) if gpus % p == 0]
-        return {**common, "tp": tp, "pp": pp, "interleave": [1, 2], "sequence_parallel": [1], "zero": [1]}
+        # a sharded optimizer: ZeRO-1 where the stack has one (Megatron's distributed optimizer), ZeRO-2 where it
+        # shards gradients with the states (FSDP beside pipelines); the search keeps what the stack's rules run
+        return {**common, "tp": tp, "pp": pp, "interleave": [1, 2], "sequence_parallel": [1], "zero": [1, 2]}
     raise SpecError("strategy", strategy, f"expected one of {', '.join(STRATEGIES)}")
 
 
@@ -108,17 +112,13 @@ def best_plan(model, system, gpus: int, global_batch: int, strategy: str, stack:
     """The strategy's fastest plan that fits (``perfmodel.search``, pipelines simulated), with its step
     breakdown (compute vs exposed communication) from ``perfmodel.predict``; None if no plan fits."""
     space = strategy_space(strategy, model, system, gpus, global_batch)
-    # The model-parallel strategy keeps ZeRO-1 whatever the stack; the fsdp stack's rules (torchtitan shards
-    # optimizer states only with gradients and weights) refuse that, so it is priced as this study always priced
-    # it, outside the rules (a known gap: issue 38's stack rules are newer than this study's strategies).
-    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=space, stack=stack,
-                                 allow_unrunnable=True)
+    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=space, stack=stack)
     if not ranked:
         return None
     best = ranked[0]
     run = RunSpec(id="best", model=model, system=system,
                             plan=perfmodel.plan_from_grid_entry(best["plan"], global_batch))
-    parts = perfmodel.predict(run, allow_unrunnable=True, warn=False).breakdown
+    parts = perfmodel.predict(run).breakdown
     best["compute_s"] = parts["compute"] + parts["recompute"]
     best["exposed_comm_s"] = sum(parts[k] for k in ("tp_comm", "cp_comm", "pp_comm", "dp_comm"))
     return best

@@ -7,7 +7,7 @@ compares each step executed sequentially, overlapped, and in an ideal overlap wh
 fast as alone: overlapped compute is 18.9% slower on average (up to 40%), and sequential execution
 is still 10.2% slower than overlapped (up to 26.6%). Here the same three modes come from the
 contention model of :mod:`trainscale.overlap` for FSDP-style sharded data parallelism (ZeRO-3 with
-prefetch, the common way to overlap for models of this size) on 4 GPUs of one node, by model,
+prefetch, the common way to overlap for models of this size, priced as the ``fsdp`` stack runs it) on 4 GPUs of one node, by model,
 accelerator, precision and power cap; and the contention slowdown against the collective's message
 size. The paper's numbers are comparison targets only: nothing here is fitted to them.
 """
@@ -44,6 +44,8 @@ PAPER = ("Lee et al., Characterizing Compute-Communication Overlap in GPU-Accele
          "Performance and Power Implications (arXiv 2025)")
 OUTPUTS = ("overlap.nc", "message_size.nc", "step_time.png", "compute_slowdown.png", "power_cap.png",
            "message_size.png")
+#: the software the study's plans run on: PyTorch FSDP (its stack rules and calibration)
+STACK = "fsdp"
 RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 10, "runtime_full_min": 30}
 STUDY = "overlap"
 
@@ -74,7 +76,8 @@ def _precisions(precisions) -> list[str]:
 
 
 def plan_for(gpus: int, global_batch: int, micro_batch: int, recompute: str, zero: int) -> PlanSpec:
-    """The data-parallel plan every point of the study uses (overlap is set per mode)."""
+    """The data-parallel plan every point of the study uses (overlap is set per mode), run by PyTorch FSDP
+    (``zero`` 3: fully sharded, 2: gradients and states, 0: replicated; FSDP has no ZeRO-1)."""
     gpus = check_int("gpus", gpus, 2, 4096)
     micro_batch = check_int("micro_batch", micro_batch, 1, 1024)
     global_batch = check_int("global_batch", global_batch, 1)
@@ -83,7 +86,7 @@ def plan_for(gpus: int, global_batch: int, micro_batch: int, recompute: str, zer
     if global_batch % (gpus * micro_batch):
         raise SpecError("global_batch", global_batch, f"expected a multiple of gpus * micro_batch = {gpus * micro_batch}")
     return PlanSpec(dp=gpus, micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, zero=zero,
-                    flash_attention=True, overlap_grad_reduce=True)
+                    flash_attention=True, overlap_grad_reduce=True, stack=STACK)
 
 
 def overlap_study(models: Sequence[str], systems: Sequence[str], precisions: Sequence[str] = ("bf16", "fp8"),
@@ -125,11 +128,8 @@ def overlap_study(models: Sequence[str], systems: Sequence[str], precisions: Seq
             for k, precision in enumerate(precisions):
                 if precision == "fp8" and system.peak_flops_fp8 is None:
                     continue
-                # an FSDP-style ZeRO-3 plan priced with the default stack's calibration, as this study always did;
-                # the megatron stack's rules refuse ZeRO-3 (a known gap: issue 38's rules are newer than the study)
                 fit = perfmodel.predict(RunSpec(id=run.id, model=model, plan=plan,
-                                                system=ov.precision_system(system, precision)),
-                                        allow_unrunnable=True, warn=False)
+                                                system=ov.precision_system(system, precision)))
                 scalars["memory_gib_per_gpu"][i, j, k] = fit.memory_gib_per_gpu
                 if not fit.fits:
                     continue
@@ -228,15 +228,14 @@ def message_size_sweep(model: str, systems: Sequence[str], precisions: Sequence[
                 continue
             psys = ov.precision_system(system, precision)
             seq = RunSpec(id=name, model=model_spec, system=psys, plan=dataclasses.replace(plan, overlap_grad_reduce=False))
-            alone = perfmodel.predict(seq, allow_unrunnable=True, warn=False)
+            alone = perfmodel.predict(seq)
             base = alone.breakdown["compute"] + alone.breakdown["recompute"]
             for s, size in enumerate(sizes):
                 t = perfmodel.collective_time_s(system, "allgather", size, n)
                 wire = (n - 1) / n * size / t
                 cont = ov.contention(psys, size, wire, profile["hbm_bytes_per_wire_byte"])
                 busy = perfmodel.predict(RunSpec(id=name, model=model_spec, plan=seq.plan,
-                                                 system=ov.contended_system(psys, cont["channels"], cont["hbm_share"])),
-                                         allow_unrunnable=True, warn=False)
+                                                 system=ov.contended_system(psys, cont["channels"], cont["hbm_share"])))
                 out["contention_slowdown"][j, k, s] = (busy.breakdown["compute"] + busy.breakdown["recompute"]) / base - 1
                 out["sm_share"][j, k, s] = cont["sm_share"]
                 out["hbm_share"][j, k, s] = cont["hbm_share"]

@@ -140,6 +140,12 @@ def _check_plan(out):
     assert layers == 80, f"llama2-70b has 80 layers, the stages hold {layers}:\n{out}"
 
 
+def _check_plan_cluster(out):
+    rows = re.findall(r"^(\*?)\s+(64|128|256)\s+\d+\s+\d+\s+\d+", out, re.M)
+    assert [gpus for _, gpus in rows] == ["64", "128", "256"], out
+    assert any(mark == "*" for mark, _ in rows), "no size on the Pareto front:\n" + out
+
+
 def _summary_rows(out):
     return {m.group(1): m.group(0) for m in re.finditer(r"^([a-z]+-[a-z]+|published)\s+\d+\s+(yes|no).*$", out, re.M)}
 
@@ -230,6 +236,8 @@ COMMANDS = {
     "trainscale plan examples/cluster.yaml --model llama2-70b --global-batch 256": Run(_check_plan),
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 384 --global-batch 1536 --fix tp=8 "
     "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),
+    "trainscale plan-cluster --model llama2-7b --system dgx-h100 --gpus 64,128,256 --tokens 2e12 --global-batch 512":
+        Run(_check_plan_cluster),
     "trainscale validate": Run(_check_validate),
     "trainscale validate --all": Run(_check_validate_all),
     # slow (8 s; CI runs it): the default run checks the same command's table in

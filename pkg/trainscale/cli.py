@@ -514,6 +514,52 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_plan_cluster(args) -> int:
+    from . import plancluster
+    from . import io as tsio
+    from .specs import resolve_model, resolve_system
+
+    sizes = plancluster.parse_gpus(args.gpus, "--gpus")
+    tokens = plancluster.parse_tokens(args.tokens, "--tokens")
+    for option, path, suffix in (("--out", args.out, ".nc"), ("--figure", args.figure, ".png")):
+        if path is not None and (not path.endswith(suffix) or os.path.isdir(path)):
+            raise CLIError(f"{option} = {path!r} is invalid; expected a file name ending in {suffix}")
+    model = resolve_model(_spec_arg(args.model, "model"), where="--model")
+    system = resolve_system(_spec_arg(args.system, "system"), where="--system")
+    from .inputs import plausibility_warnings
+
+    for warning in plausibility_warnings(system):
+        _warn(f"--system: {warning}")
+    ds = plancluster.cluster_front(model, system, sizes, tokens, args.global_batch, stack=args.stack,
+                                   progress=_progress)
+    written = []
+    if args.out:
+        written.append(tsio.write_dataset(ds, args.out))
+    if args.figure:
+        written.append(plancluster.save_front_figure(ds, args.figure))
+    rows = plancluster.front_rows(ds)
+    if args.json:
+        _dump_json({"model": model.name, "system": system.name, "stack": args.stack, "tokens": tokens,
+                    "global_batch": args.global_batch, "seq_len": model.seq_len,
+                    "objectives": list(plancluster.OBJECTIVES),
+                    "sizes": [{**{k: v for k, v in row.items() if k != "front"}, "on_front": bool(row["front"])}
+                              for row in rows],
+                    "written": [str(p) for p in written]})
+        return 0
+    print(f"{model.name} on {system.name}, {tokens:.4g} tokens, global batch {args.global_batch} sequences of "
+          f"{model.seq_len} tokens, stack {args.stack}: each size's best plan the stack runs (trainscale search)")
+    print(_table([{k: v for k, v in row.items() if k != "reason"} for row in rows]))
+    for row in rows:
+        if "reason" in row:
+            print(f"{row['gpus']} GPUs: {row['reason']}")
+    print("*: on the Pareto front of (days, GPU_h, MWh): no other size is no worse in all three and better in one; "
+          "days = tokens / predicted tokens/s; MWh: GPUs at their predicted power and each node's overhead "
+          "(systems.yaml node_overhead_W)")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 def _validation_summary(ds) -> dict:
     import numpy as np
 
@@ -920,6 +966,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-stages", type=_positive_int, default=8, help="most pipeline stages (default 8)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("plan-cluster", help="across cluster sizes: each size's best plan, its time to train a token "
+                       "budget, GPU-hours and energy, and the Pareto front of the three",
+                       description="For each cluster size, the best plan the stack runs (as `search` finds it) and "
+                       "what training --tokens tokens on it costs: days, GPU-hours and MWh (GPUs at their predicted "
+                       "power plus each node's overhead). A size is on the Pareto front (*) when no other size is no "
+                       "worse in all three and better in one.")
+    p.add_argument("--model", required=True, help="catalog model name, or a YAML file with the model's shape")
+    p.add_argument("--system", required=True, help="catalog system name, or a YAML file {name: ..., overrides}")
+    p.add_argument("--gpus", required=True, metavar="SIZES",
+                   help="cluster sizes: 256,512,1024 or a range of powers of two 256..8192 (or both, comma-separated)")
+    p.add_argument("--tokens", required=True, metavar="TOKENS", help="tokens to train, e.g. 1e12")
+    p.add_argument("--global-batch", required=True, type=_positive_int,
+                   help="sequences per optimizer step, over all data-parallel ranks (the same at every size)")
+    p.add_argument("--stack", default="megatron", choices=("megatron", "deepspeed", "fsdp", "nemo"),
+                   help="software stack that runs the plans (default megatron)")
+    p.add_argument("--out", metavar="FRONT.nc", help="write the sizes, plans, costs and front as a netCDF dataset")
+    p.add_argument("--figure", metavar="FRONT.png", help="draw time to train against GPU-hours, the front joined")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan_cluster)
 
     p = sub.add_parser("validate", help="predicted vs measured on every published run the project carries")
     p.add_argument("--vtrain", metavar="DIR", help="vTrain folder with ground_truth_multi.csv "

@@ -136,3 +136,17 @@ def test_verify_reports_a_committed_png_its_dataset_does_not_draw(tmp_path):
     (folder / "inference.png").write_bytes((folder / "inference.png").read_bytes() + b"\0")
     assert verify.check_figures("pruning", tmp_path) == [
         f"{folder / 'inference.png'} is not the figure its committed datasets draw (rerun the study: make figures)"]
+
+
+def test_a_constant_up_to_rounding_may_keep_matplotlibs_padding():
+    """A ratio of 1 that is 1 - 1e-16 in one seed is a constant: matplotlib pads it by 5%, which is no problem;
+    a real spread with the same padding still is."""
+    fig, ax = _fig()
+    ax.plot([1, 2, 3], [1.0, 1.0 - 1.1e-16, 1.0], "o-", label="GA / PETALS'")
+    ax.legend()
+    assert figurecheck.figure_problems(fig, "sweeps.png") == []
+    fig2, ax2 = _fig()
+    ax2.plot([1, 2, 3], [1.0, 1.0 - 1e-3, 1.0])
+    ax2.set_ylim(0.9, 1.1)
+    assert figurecheck.figure_problems(fig2, "f.png") == [
+        "f.png panel 1: y-axis shows 0.9..1.1, more than 1 of the data's span beyond the data 0.999..1"]

@@ -344,3 +344,28 @@ def test_study_tables_and_records(tmp_path):
     again = study.search_sweep(base, [20], [1.0], [300.0], [50.0], population=12, generations=4, seed=1, seeds=2)
     tsio.write_dataset(again, tmp_path / "again.nc")
     assert (tmp_path / "again.nc").read_bytes() == (tmp_path / "search.nc").read_bytes()
+
+
+def test_pareto_names_the_cases_with_no_feasible_placement():
+    """pareto.png draws no point for a swarm that cannot hold the model, so its panel's title says which."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from conftest import REPO_ROOT
+    from trainscale import plotting
+
+    folder = REPO_ROOT / "figures" / study.STUDY
+    search = tsio.read_dataset(folder / "search.nc")
+    infeasible = [(str(k), float(v)) for k, v, lat in zip(search["sweep"].values, search["value"].values,
+                                                          search["petals_latency_s"].values) if not np.isfinite(lat)]
+    assert infeasible  # the committed sweep has such cases (servers = 10, no A5000s)
+    with matplotlib.rc_context(plotting.STYLE):
+        fig = study.draw_pareto(folder)
+        try:
+            titles = " ".join(ax.get_title().replace("\n", " ") for ax in fig.axes)
+            for knob, value in infeasible:
+                assert f"{study._case_name(knob, value)}: no feasible placement" in titles
+        finally:
+            plt.close(fig)

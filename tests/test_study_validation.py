@@ -94,3 +94,46 @@ def test_quick_workflow_writes_described_outputs(quick_workflow):
             assert ds[name].attrs.get("units"), name
     written = comparison.read_records(folder / comparison.RECORDS_FILE)
     assert comparison.diff_records(study.compare(folder), written) == []
+
+
+# ----------------------------------------------------------------------------- figures
+
+def test_every_dataset_has_its_own_colour_and_marker_whatever_the_runs_hold():
+    """parity.png: no two datasets share a look, and a dataset's look does not depend on which others a run holds
+    or in which order (so it is the same in every panel and every mode)."""
+    names = [*study.DATASET_STYLE, "zz-new", "aa-new"]
+    styles = study.dataset_styles(names)
+    assert len(set(styles.values())) == len(names)
+    assert study.dataset_styles(names[::-1]) == styles
+    assert study.dataset_styles(["aa-new", "bridge-mla"]) == {n: styles[n] for n in ("aa-new", "bridge-mla")}
+
+
+def test_error_by_run_names_the_error_it_draws(tmp_path):
+    """error_by_run.png: the published runs' panel says its bars are in-sample and gives the left-out MAPE the
+    record judges; the dataset panel draws the left-out MAPE of a fitted dataset and the error of a never-fitted
+    one, and the figure passes the figure check."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from trainscale import figurecheck, plotting
+
+    names = ["published", "published", "bridge-mla"]
+    ds = xr.Dataset({"rel_error": ("run", [0.01, -0.03, 0.4]), "left_out_mape": ("run", [0.21, 0.21, np.nan])},
+                    coords={"run": ["a", "b", "c"], "dataset": ("run", names), "model": ("run", ["m1", "m2", "m3"]),
+                            "gpus": ("run", [8, 16, 32])})
+    tsio.write_dataset(ds, tmp_path / "validation.nc")
+    with matplotlib.rc_context(plotting.STYLE):
+        fig = study.draw_error_by_run(tmp_path)
+        try:
+            left, right = fig.axes
+            assert "in-sample" in right.get_title() and "21.0% left out of the fit" in right.get_title()
+            assert "in-sample" in right.get_xlabel()
+            widths = {c.get_label(): [b.get_width() for b in c] for c in left.containers}
+            assert widths["left out of the fit (cross-validated): judged"] == pytest.approx([21.0])
+            assert widths["never fitted (held out): judged"] == pytest.approx([40.0])
+            assert widths["in-sample (fitted on these runs)"] == pytest.approx([2.0])
+            assert figurecheck.figure_problems(fig, "error_by_run.png") == []
+        finally:
+            plt.close(fig)

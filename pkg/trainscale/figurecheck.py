@@ -7,7 +7,8 @@
 * **limits**: every finite plotted value lies inside the axis limits (nothing cut off: a bar axis starting at
   0.5 hides the bars' base) and the limits run at most ``LINEAR_MARGIN`` times the data's span (linear axes) or
   ``LOG_MARGIN_DECADES`` decades (log axes) beyond the data on either side (no 1e-13 floor under data near
-  1e-2); an inverted axis (limits in falling order) is a problem unless it was asked for (:func:`invert_on_purpose`);
+  1e-2), except on a linear axis whose data are one value up to rounding (matplotlib pads a constant by
+  5%); an inverted axis (limits in falling order) is a problem unless it was asked for (:func:`invert_on_purpose`);
 * **legends**: in a figure with a legend, every drawn series (line, marker set, bar set, band, reference line) is
   labelled and its label is an entry of a legend that covers its axes, and every entry names a drawn series of
   the axes it covers (no "tau=1" entry over a panel that draws tau=15); two entries of one legend never look
@@ -213,7 +214,7 @@ def _range_problem(where, axis, limits, data, log) -> list[str]:
         return [f"{where}: {axis}-axis shows {lo:.3g}..{hi:.3g} but the data run {dlo:.3g}..{dhi:.3g} "
                 f"(data cut off)"]
     margin = LOG_MARGIN_DECADES if log else LINEAR_MARGIN * span
-    if span > 0 or log:
+    if span > 1e-9 * max(abs(f(dlo)), abs(f(dhi)), 1.0) or log:  # a constant (up to rounding) has no span
         if f(lo) < f(dlo) - margin - slack or f(hi) > f(dhi) + margin + slack:
             unit = f"{LOG_MARGIN_DECADES:g} decade(s)" if log else f"{LINEAR_MARGIN:g} of the data's span"
             return [f"{where}: {axis}-axis shows {lo:.3g}..{hi:.3g}, more than {unit} beyond the data "

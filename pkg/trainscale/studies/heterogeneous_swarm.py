@@ -347,3 +347,102 @@ def _ga_record(search: xr.Dataset) -> comparison.Record:
         note=(f"PETALS' router's chain on the same swarm: {petals:.3g} steps/s; the GA's chain is never slower "
               "(PETALS' chain seeds it); Hakim & Hasan report no number"),
         free_parameter=f"GA seed ({steps.size} runs)", sweep=steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
+
+_KNOBS = ("baseline", "size", "strong_share", "bandwidth_Mbps", "rtt_ms")
+#: how a case is named in a legend (``<name> = <value>``) and the knob's panel title
+_CASE_NAMES = {"baseline": "PETALS' 14 servers", "size": "servers", "strong_share": "A5000 share",
+               "bandwidth_Mbps": "Mbit/s", "rtt_ms": "RTT ms"}
+_KNOB_TITLES = {"baseline": "PETALS' 14 servers (the paper's mix)", "size": "swarm size",
+                "strong_share": "share of RTX A5000s", "bandwidth_Mbps": "link bandwidth", "rtt_ms": "RTT"}
+_KNOB_AXES = {"size": "servers", "strong_share": "share of RTX A5000s", "bandwidth_Mbps": "link bandwidth (Mbit/s)",
+              "rtt_ms": "RTT (ms)"}
+NO_PLACEMENT = "no feasible placement (the swarm cannot hold the model)"
+
+
+def _case_name(knob: str, value: float) -> str:
+    return _CASE_NAMES[knob] if knob == "baseline" else f"{_CASE_NAMES[knob]} = {value:g}"
+
+
+def _feasible(case) -> bool:
+    return bool(np.isfinite(float(case["petals_latency_s"])))
+
+
+def draw_pareto(folder):
+    """One panel per knob: each case's NSGA-II fronts (one line per GA seed) over PETALS' router's chain (a
+    hollow diamond, drawn under the fronts, so a front that only finds PETALS' chain shows as a dot inside it). A
+    case with no feasible placement has no point to draw: the panel's title names it."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    search = tsio.read_dataset(Path(folder) / "search.nc")
+    knobs = [k for k in _KNOBS if k in search["sweep"].values]
+    fig, axes = plt.subplots(2, 3, figsize=(11.0, 7.2), squeeze=False)
+    for ax, knob in zip(axes.flat, knobs):
+        cases = [search.isel(case=int(i)) for i in np.flatnonzero(search["sweep"].values == knob)]
+        infeasible = [_case_name(knob, float(c["value"])) for c in cases if not _feasible(c)]
+        for n, case in enumerate(c for c in cases if _feasible(c)):
+            label, color = _case_name(knob, float(case["value"])), f"C{n}"
+            ax.plot(float(case["petals_latency_s"]), float(case["petals_tokens_per_s"]), "D", ms=9, color=color,
+                    mfc="none", mew=1.8, zorder=2, label=f"{label}, PETALS' router")
+            seeds = case.sizes["ga_seed"]
+            for j in range(seeds):
+                ax.plot(case["front_latency_s"].isel(ga_seed=j).values,
+                        case["front_tokens_per_s"].isel(ga_seed=j).values, "o-", ms=3, lw=0.8, alpha=0.7,
+                        color=color, zorder=3, label=f"{label}, GA fronts ({seeds} seeds)" if j == 0 else None)
+        title = _KNOB_TITLES[knob]
+        if infeasible:
+            title += "\n" + "\n".join(textwrap.wrap(f"{', '.join(infeasible)}: {NO_PLACEMENT}", 48))
+        ax.set_title(title, fontsize=8.5)
+        if len(infeasible) == len(cases):
+            ax.text(0.5, 0.5, NO_PLACEMENT, transform=ax.transAxes, ha="center", va="center", fontsize=8)
+        ax.set(xlabel="inference step latency (s)", ylabel="chain forward tokens/s (batch 64)")
+        if len(infeasible) < len(cases):
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(knobs):]:
+        ax.set_visible(False)
+    return fig
+
+
+def draw_sweeps(folder):
+    """The GA's gain over PETALS' router against each knob (top: latency at PETALS' throughput, bottom: throughput
+    at PETALS' latency): median and range over GA seeds, PETALS' 14 servers for reference, the line of no gain, and
+    the knob's values whose swarm has no feasible placement; every drawn series named in its panel's legend."""
+    import matplotlib.pyplot as plt
+
+    search = tsio.read_dataset(Path(folder) / "search.nc")
+    knobs = [k for k in _KNOBS[1:] if k in search["sweep"].values]
+    gains = {"latency_gain": "GA latency / PETALS' (at its throughput)",
+             "throughput_gain": "GA throughput / PETALS' (at its latency)"}
+    fig, axes = plt.subplots(2, max(1, len(knobs)), figsize=(3.3 * max(1, len(knobs)), 6.0), squeeze=False)
+    base_case = search.isel(case=int(np.flatnonzero(search["sweep"].values == "baseline")[0]))
+    for r, (var, ylabel) in enumerate(gains.items()):
+        for ax, knob in zip(axes[r], knobs):
+            sel = search.isel(case=np.flatnonzero(search["sweep"].values == knob))
+            v = sel[var].values
+            feasible = np.isfinite(sel["petals_latency_s"].values) & np.isfinite(v).any(axis=1)
+            x, vf = sel["value"].values[feasible], v[feasible]
+            med = np.nanmedian(vf, axis=1)
+            b = base_case[var].values
+            lo, hi = float(np.nanmin(b)), float(np.nanmax(b))
+            if hi > lo:
+                ax.axhspan(lo, hi, color="0.85", label="PETALS' 14 servers (range over GA seeds)")
+            else:
+                ax.axhline(lo, color="0.8", lw=5, label=f"PETALS' 14 servers (every GA seed: {lo:.3g})")
+            ax.axhline(1.0, color="0.3", lw=0.8, label="1: no gain over PETALS' router")
+            ax.errorbar(x, med, yerr=[med - np.nanmin(vf, axis=1), np.nanmax(vf, axis=1) - med], fmt="o-",
+                        capsize=3, color="C0", label="median, range over GA seeds")
+            for k, xv in enumerate(sel["value"].values[~feasible]):
+                ax.axvline(xv, color="0.5", ls=":", lw=1.0, label="no feasible placement" if k == 0 else None)
+            ax.set_xlabel(_KNOB_AXES[knob])
+            ax.legend(fontsize=6)
+        axes[r, 0].set_ylabel(ylabel, fontsize=8)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"pareto.png": draw_pareto, "sweeps.png": draw_sweeps}

@@ -261,10 +261,20 @@ def _cut_diverged(curve: np.ndarray, ceiling: float) -> np.ndarray:
     return np.where(np.cumsum(bad) > 0, np.nan, curve)
 
 
-def _diverged_note(ax, names: list[str]) -> None:
-    if names:
-        ax.text(0.98, 0.97, "diverged (loss > {:g}x start), not drawn:\n".format(DIVERGED_FACTOR) + "\n".join(names),
-                transform=ax.transAxes, ha="right", va="top", fontsize=6.5, color="0.35")
+def _cut_at(y: np.ndarray, x: np.ndarray):
+    """Where a drawn curve was cut (its first NaN after a finite value, see :func:`_cut_diverged`), else None."""
+    cut = np.flatnonzero(np.isnan(y))
+    return x[cut[0]] if cut.size and np.isfinite(y[:cut[0]]).any() else None
+
+
+def _diverged_note(ax, names: list[str], cut: list[str] = (), y: float = 0.97) -> None:
+    """Name the runs that diverged in the panel: those not drawn at all and those whose curve ends where they
+    diverge (``cut``: "name: cut from ... on" lines), so that no curve stops without a word."""
+    lines = [f"{name}: not drawn" for name in names] + list(cut)
+    if lines:
+        ax.text(0.98, y, "diverged (loss > {:g}x start):\n".format(DIVERGED_FACTOR) + "\n".join(lines),
+                transform=ax.transAxes, ha="right", va="top", fontsize=6.5, color="0.35",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5})
 
 
 def draw_convergence(folder):
@@ -276,15 +286,17 @@ def draw_convergence(folder):
     ceiling = DIVERGED_FACTOR * float(tr["loss"].isel(step=0).max())
     fig, axes = plt.subplots(1, tr.sizes["lr"], figsize=(4.2 * tr.sizes["lr"], 3.8), squeeze=False, sharey=True)
     for ax, lr in zip(axes[0], tr["lr"].values):
-        diverged = []
+        diverged, cut = [], []
         for m, name in enumerate(tr["schedule"].values):
             y = _cut_diverged(mean.sel(lr=lr, schedule=name).values, ceiling)
             if np.isfinite(y).sum() < 2:
                 diverged.append(str(name))
                 continue
+            if (at := _cut_at(y, tr["step"].values)) is not None:
+                cut.append(f"{name}: cut from step {at:g} on")
             ax.semilogy(tr["step"].values, y, _LINESTYLE[str(tr["kind"].values[m])], color=f"C{m % 10}",
                         label=str(name))
-        _diverged_note(ax, diverged)
+        _diverged_note(ax, diverged, cut)
         ax.set_title(f"lr {lr:g}")
         ax.set_xlabel("step")
     axes[0, 0].set_ylabel("held-out loss (mean over seeds)")
@@ -315,7 +327,7 @@ def draw_equal_time(folder):
     n = wt.sizes["bandwidth_GBps"]
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
     for ax, bw in zip(axes[0], wt["bandwidth_GBps"].values):
-        diverged, budget = [], float(wt["budget_s"].sel(bandwidth_GBps=bw))
+        diverged, cut, budget = [], [], float(wt["budget_s"].sel(bandwidth_GBps=bw))
         for s, name in enumerate(wt["schedule"].values):
             run = f"asynchronous tau={int(wt['async_delay'].sel(bandwidth_GBps=bw))}" if name == "asynchronous" \
                 else str(name)
@@ -325,10 +337,12 @@ def draw_equal_time(folder):
                 continue
             t = tr["step"].values * float(wt["step_s"].sel(bandwidth_GBps=bw, schedule=name))
             shown = t <= 1.2 * budget
+            if (at := _cut_at(y[shown], t[shown])) is not None:
+                cut.append(f"{run}: cut from {at:.3g} s on")
             ax.semilogy(t[shown], y[shown], color=f"C{s}", label=run)
         ax.axvline(budget, color="0.4", ls=":", lw=1, label="budget")
         ax.set_xlim(0, 1.2 * budget)
-        _diverged_note(ax, diverged)
+        _diverged_note(ax, diverged, cut, y=0.62)  # below the legend
         ax.set_title(f"{bw:g} GB/s")
         ax.set_xlabel("wall time (s)")
         ax.legend(fontsize=6.5, loc="upper right")

@@ -108,3 +108,186 @@ def compare(folder) -> list[comparison.Record]:
         summary = searched_summary(tsio.read_dataset(path))
         records += [_searched_record(name, row) for name, row in summary.iterrows()]
     return records
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
+
+METRIC_LABELS = {
+    "step_time_s": "step time [s]",
+    "hardware_tflops_per_gpu": "hardware throughput [TFLOP/s per GPU]",
+    "model_tflops_per_gpu": "model throughput [TFLOP/s per GPU]",
+    "tokens_per_s_per_gpu": "throughput [tokens/s per GPU]",
+}
+#: colour-blind-safe colours (Okabe & Ito 2008, without the yellow, which a hollow marker loses on white)
+_COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000")
+#: one marker per stack family: Megatron-LM papers, vTrain and Megatron-Core ("o"), NeMo and Megatron-Bridge
+#: ("^"), FSDP ("s"), DeepSpeed ("D"); the fallback's further markers after them
+_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "<", ">")
+#: every known dataset's own (colour, marker), the same in every panel and every run of the study; datasets
+#: sharing a panel (a metric) differ in colour, so a reader tells them apart even by colour alone
+DATASET_STYLE = {
+    "published": (_COLORS[0], "o"), "vtrain-multi": (_COLORS[3], "o"), "vtrain-single": (_COLORS[4], "o"),
+    "megatron-hopper": (_COLORS[5], "o"),
+    "nemo-hopper": (_COLORS[1], "^"), "nemo-blackwell": (_COLORS[2], "^"),
+    "bridge-hopper": (_COLORS[4], "^"), "bridge-blackwell": (_COLORS[5], "^"), "bridge-mla": (_COLORS[6], "^"),
+    "fsdp-hopper": (_COLORS[0], "s"), "fsdp-ampere": (_COLORS[1], "s"), "fsdp-mosaic": (_COLORS[2], "s"),
+    "fsdp-compiled": (_COLORS[3], "s"),
+    "deepspeed-ampere": (_COLORS[6], "D"), "deepspeed-trials": (_COLORS[5], "D"),
+}
+
+
+def dataset_styles(names) -> dict:
+    """``{dataset: (colour, marker)}``: :data:`DATASET_STYLE` for the known datasets, and for any other the
+    first combination no dataset holds, in sorted order of the names (so that the mapping depends on the
+    names alone, never on the order or the subset a run happens to hold)."""
+    styles = {name: DATASET_STYLE[name] for name in names if name in DATASET_STYLE}
+    free = [(c, m) for m in _MARKERS for c in _COLORS if (c, m) not in DATASET_STYLE.values()]
+    for name in sorted(set(names) - set(styles)):
+        styles[name] = free.pop(0) if free else ("0.5", "x")
+    return styles
+
+
+def _runs_where(data, coord, value):
+    """The runs whose ``coord`` equals ``value`` (integer indexing keeps dtypes)."""
+    return data.isel(run=np.flatnonzero(data[coord].values == value))
+
+
+def error_guides(ax):
+    """Zero, and dashed / dotted lines at +-10% and +-20% relative error, on a horizontal bar chart in %: guides
+    the axis label and the legend explain, not series."""
+    from .. import figurecheck
+
+    for limit, style in ((10, "--"), (20, ":")):
+        for sign in (-1, 1):
+            figurecheck.guide(ax.axvline(sign * limit, color="0.4", lw=0.8, linestyle=style))
+    figurecheck.guide(ax.axvline(0, color="0.2", lw=0.8))
+
+
+def draw_parity(folder):
+    """Predicted against measured, one panel per reported metric: each dataset its own colour and marker
+    (:func:`dataset_styles`, the same in every panel), never-fitted datasets hollow; grey bands at +-10% and
+    +-20% around y = x, drawn only inside the axes."""
+    import matplotlib.pyplot as plt
+
+    ds = tsio.read_dataset(Path(folder) / "validation.nc")
+    metrics = list(dict.fromkeys(ds["metric"].values.tolist()))
+    datasets = list(dict.fromkeys(ds["dataset"].values.tolist()))
+    styles = dataset_styles(datasets)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.4 * len(metrics), 4.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        sel = _runs_where(ds, "metric", metric)
+        values = np.concatenate([sel["measured"].values, sel["predicted"].values])
+        values = values[np.isfinite(values) & (values > 0)]
+        lo, hi = values.min() / 1.3, values.max() * 1.3
+        x = np.geomspace(lo, hi, 200)
+        for band, color in ((0.2, "#eeeeee"), (0.1, "#d4d4d4")):
+            ax.fill_between(x, np.maximum(x * (1 - band), lo), np.minimum(x * (1 + band), hi), color=color, lw=0,
+                            label=f"±{band:.0%}")
+        ax.plot(x, x, color="0.2", lw=0.8, label="y = x")
+        for name in datasets:
+            part = _runs_where(sel, "dataset", name)
+            if part.sizes["run"] == 0:
+                continue
+            color, marker = styles[name]
+            fitted = name not in NOT_FITTED
+            ax.plot(part["measured"].values, part["predicted"].values, ls="none", marker=marker, ms=4.5, alpha=0.85,
+                    color=color, mfc=color if fitted else "none", mew=1.0,
+                    label=f"{name} (n={part.sizes['run']}{'' if fitted else ', never fitted'})")
+        what = METRIC_LABELS.get(metric, metric)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), aspect="equal",
+               xlabel=f"measured {what}", ylabel=f"predicted {what}", title=what.split(" [")[0])
+        ax.legend(loc="upper left", fontsize=7)
+    return fig
+
+
+def _mape_panel(ax, ds) -> None:
+    """Per dataset, the MAPE its record judges (fitted: left out of the fit, cross-validated; never fitted: as
+    is) beside the in-sample MAPE of the fitted ones, and the target."""
+    names = list(dict.fromkeys(ds["dataset"].values.tolist()))
+    n = len(names)
+    rows = {}
+    for i, name in enumerate(names):
+        part = _runs_where(ds, "dataset", name)
+        fitted = name not in NOT_FITTED
+        in_sample = 100 * float(np.abs(part["rel_error"].values).mean())
+        left_out = 100 * float(part["left_out_mape"].values[0]) if fitted else float("nan")
+        rows[name] = (n - 1 - i, fitted, in_sample, left_out)
+    kinds = (("in-sample (fitted on these runs)", "#bbbbbb", -0.2,
+              lambda f, ins, lo: ins if f else np.nan),
+             ("left out of the fit (cross-validated): judged", "#0072B2", 0.2,
+              lambda f, ins, lo: lo if f else np.nan),
+             ("never fitted (held out): judged", "#E69F00", 0.2,
+              lambda f, ins, lo: np.nan if f else ins))
+    judged_max = 0.0
+    for label, color, offset, value in kinds:
+        ys = [y + offset for y, f, ins, lo in rows.values() if np.isfinite(value(f, ins, lo))]
+        vs = [value(f, ins, lo) for y, f, ins, lo in rows.values() if np.isfinite(value(f, ins, lo))]
+        if vs:
+            ax.barh(ys, vs, height=0.4, color=color, label=label)
+            judged_max = max(judged_max, max(vs))
+    for name, (y, f, ins, lo) in rows.items():
+        judged = lo if f else ins
+        text = f"{judged:.1f}%" if np.isfinite(judged) else "left-out error not stored"
+        ax.text((judged if np.isfinite(judged) else 0) + 0.01 * judged_max, y + 0.2, text, va="center",
+                fontsize=6.5, color="0.2")
+    targets = [100 * TARGET_MAPE.get(name, DEFAULT_TARGET_MAPE) for name in names]
+    ax.plot(targets, [rows[name][0] for name in names], ls="none", marker="|", ms=11, mew=1.6, color="#D55E00",
+            label="target (issue 10)")
+    ax.set_yticks([rows[name][0] for name in names], names)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlim(0, 1.15 * max(judged_max, max(targets)))
+    ax.set_xlabel("MAPE, mean |predicted − measured| / measured [%]")
+    ax.set_title("MAPE per dataset: the error each record judges\n"
+                 "(fitted: left out of the fit, cross-validated; never fitted: as is)", fontsize=9)
+    ax.legend(loc="upper right", fontsize=7)
+
+
+def _published_panel(ax, ds) -> None:
+    """The in-sample relative error of each published run, sorted, coloured by its size."""
+    pub = _runs_where(ds, "dataset", "published")
+    if pub.sizes["run"] == 0:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no published runs in this dataset", transform=ax.transAxes, ha="center")
+        return
+    pub = pub.isel(run=np.argsort(pub["rel_error"].values, kind="stable"))
+    err = 100 * pub["rel_error"].values
+    y = np.arange(len(err))
+    size = np.abs(err)
+    for label, color, inside in (("|error| ≤ 10%", "#009E73", size <= 10),
+                                 ("10% < |error| ≤ 20%", "#E69F00", (size > 10) & (size <= 20)),
+                                 ("|error| > 20%", "#D55E00", size > 20)):
+        if inside.any():
+            ax.barh(y[inside], err[inside], color=color, height=0.7, label=label)
+    error_guides(ax)
+    ax.set_yticks(y, [f"{run} ({model}, {gpus} GPUs)"
+                      for run, model, gpus in zip(pub["run"].values, pub["model"].values, pub["gpus"].values)])
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("in-sample relative error, (predicted − measured) / measured [%]\n"
+                  "dashed: ±10%, dotted: ±20%")
+    in_sample, worst = float(np.abs(pub["rel_error"].values).mean()), float(np.abs(pub["rel_error"].values).max())
+    left_out = float(pub["left_out_mape"].values[0])
+    judged = f"{left_out:.1%} left out of the fit (judged)" if np.isfinite(left_out) else \
+        "left-out error not stored"
+    ax.set_title(f"Published runs, each run's in-sample error (worst {worst:.1%})\n"
+                 f"MAPE {in_sample:.1%} in-sample; {judged}", fontsize=9)
+    ax.legend(loc="lower right", fontsize=7)
+
+
+def draw_error_by_run(folder):
+    """Left: per dataset, the MAPE its record judges (left out of the fit where fitted) beside the in-sample one,
+    and its target. Right: each published run's in-sample relative error; the title names both MAPEs."""
+    import matplotlib.pyplot as plt
+
+    ds = tsio.read_dataset(Path(folder) / "validation.nc")
+    n_datasets = len(set(ds["dataset"].values.tolist()))
+    n_published = int((ds["dataset"].values == "published").sum())
+    fig, axes = plt.subplots(1, 2, figsize=(13.0, 0.24 * max(n_datasets, n_published) + 1.8),
+                             gridspec_kw={"width_ratios": [1.0, 1.1]})
+    _mape_panel(axes[0], ds)
+    _published_panel(axes[1], ds)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"parity.png": draw_parity, "error_by_run.png": draw_error_by_run}

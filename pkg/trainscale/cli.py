@@ -541,7 +541,8 @@ def _scale_rows(ds) -> list[dict]:
         rows.append({"GPUs": int(gpus), "plan": _scale_plan_text(ds, i),
                      "step_s": float(ds["step_time_s"].values[i]),
                      "tokens/s/GPU": float(ds["tokens_per_s_per_gpu"].values[i]),
-                     "MFU": float(ds["mfu"].values[i]), "lost": f"{100 * (1 - ds['scaling_efficiency'].values[i]):.1f}%",
+                     "MFU": float(ds["mfu"].values[i]),
+                     "lost": f"{100 * (1 - ds['scaling_efficiency'].values[i]):.1f}%",
                      "top causes": _top_causes(ds, i) if gpus != ds.attrs["baseline_gpus"] else "(baseline)"})
     return rows
 

@@ -130,6 +130,21 @@ def _check_search_fixed(out):
         assert entry["fits"] is True
 
 
+def _check_scale(out):
+    import xarray as xr
+
+    rows = re.findall(r"^\s*(\d+)\s+tp\d+ pp\d+ .*$", out, re.M)
+    assert rows == ["64", "128", "256", "512"], out
+    assert "(baseline)" in out and "wrote results/scale.nc" in out, out
+    with xr.open_dataset(REPO_ROOT / "results" / "scale.nc") as ds:
+        assert ds["gpus"].values.tolist() == [64, 128, 256, 512] and bool(ds["has_plan"].all())
+        assert all(ds[name].attrs.get("units") for name in ds.data_vars)
+
+
+def _clear_scale():
+    (REPO_ROOT / "results" / "scale.nc").unlink(missing_ok=True)
+
+
 def _check_plan(out):
     assert "llama2-70b on 16 x dgx-a100-80gb (a100), 16 x dgx-v100 (v100), global batch 256" in out
     m = re.search(r"step ([\d.]+) s", out)
@@ -234,6 +249,8 @@ COMMANDS = {
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 64 --global-batch 1536 --space":
         Run(_check_search_space),
     "trainscale plan examples/cluster.yaml --model llama2-70b --global-batch 256": Run(_check_plan),
+    "trainscale scale --model llama2-7b --system dgx-h100 --gpus 64..512 --global-batch 512 --out results/scale.nc":
+        Run(_check_scale, before=_clear_scale),
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 384 --global-batch 1536 --fix tp=8 "
     "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),
     "trainscale plan-cluster --model llama2-7b --system dgx-h100 --gpus 64,128,256 --tokens 2e12 --global-batch 512":

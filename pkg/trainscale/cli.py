@@ -340,33 +340,43 @@ def _on_off(value: str) -> bool | None:
 SPLIT_ENDS = {"none": 0, "embedding": 1, "loss": 2, "both": 3}
 
 
-def cmd_search(args) -> int:
-    from . import perfmodel
-    from .kernels import layout as K
-    from .specs import RunSpec, resolve_model, resolve_system
+def _search_inputs(args) -> tuple:
+    """(model, system, fixed fields, searched knobs) of a search-like command (``search``, ``scale``): the
+    model with ``--seq-len`` applied, the system (with its plausibility warnings), ``--fix`` and ``--search``."""
+    from .inputs import plausibility_warnings
+    from .specs import resolve_model, resolve_system
 
     model = resolve_model(_spec_arg(args.model, "model"), where="--model")
     if args.seq_len is not None:
         model = resolve_model({**{k: v for k, v in model.__dict__.items() if k != "name"}, "name": model.name,
                                "seq_len": args.seq_len}, where="--seq-len")
     system = resolve_system(_spec_arg(args.system, "system"), where="--system")
-    from .inputs import plausibility_warnings
-
     for warning in plausibility_warnings(system):
         _warn(f"--system: {warning}")
     fixed = _fixed_fields(args.fix)
     knobs = [k for part in (args.search or []) for k in part.split(",") if k]
+    return model, system, fixed, knobs
+
+
+def _search_options(args) -> dict:
+    """The keyword arguments of :func:`trainscale.perfmodel.search` that a search-like command's flags set."""
+    return {"stack": args.stack, "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
+            "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
+            "tp_async_backward": _on_off(args.tp_async_backward), "split_ends": SPLIT_ENDS[args.split_ends],
+            "allow_unrunnable": args.allow_unrunnable}
+
+
+def cmd_search(args) -> int:
+    from . import perfmodel
+    from .kernels import layout as K
+
+    model, system, fixed, knobs = _search_inputs(args)
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
     if args.space:
         print(_space_text(space))
         return 0
     summary, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
-                                       stack=args.stack, progress=_progress, compiled=args.compiled,
-                                       grad_reduce_fp32=args.grad_reduce_fp32,
-                                       recompute_share=args.recompute_share, rotary_kernel=args.rotary_kernel,
-                                       tp_async_backward=_on_off(args.tp_async_backward),
-                                       split_ends=SPLIT_ENDS[args.split_ends],
-                                       allow_unrunnable=args.allow_unrunnable)
+                                       progress=_progress, **_search_options(args))
     if args.allow_unrunnable:
         _warn(f"--allow-unrunnable: the search includes plans the {args.stack} stack does not run")
     best = _predicted_rows(ranked, model, system, args.global_batch, args.allow_unrunnable)
@@ -469,6 +479,94 @@ def _no_plan_reason(summary, args) -> str:
     why = "; ".join(f"{name} ({n} of {total} plans)" for n, name in counts)
     return (f"no valid plan for {args.gpus} GPUs and a global batch of {args.global_batch}: {why} "
             f"(no plan was priced, so none was too big for memory)")
+
+
+def cmd_scale(args) -> int:
+    from . import scaling
+    from .io import write_dataset
+
+    model, system, fixed, knobs = _search_inputs(args)
+    counts = scaling.parse_gpus(args.gpus)
+    if args.out and os.path.isdir(args.out):
+        raise CLIError(f"--out = {args.out!r} is invalid; it is a folder, expected a file name such as scale.nc")
+    spaces = {g: search_space(model, system, g, args.global_batch, fixed, knobs) for g in counts}
+    if args.space:
+        print("\n\n".join(f"{g} GPUs:\n{_space_text(spaces[g])}" for g in counts))
+        return 0
+    if args.allow_unrunnable:
+        _warn(f"--allow-unrunnable: the search includes plans the {args.stack} stack does not run")
+    ds = scaling.scaling_curve(model, system, counts, args.global_batch, space=spaces.__getitem__,
+                               progress=_progress, **_search_options(args))
+    if args.out:
+        write_dataset(ds, args.out)
+    if args.json:
+        _dump_json(_scale_json(ds))
+        return 0
+    print(f"{model.name} on {system.name}, global batch {args.global_batch} sequences of {model.seq_len} tokens, "
+          f"stack {args.stack}; each count's best plan from `search`")
+    print(_table(_scale_rows(ds)))
+    baseline = ds.attrs["baseline_gpus"]
+    print(f"lost: the share of the throughput per GPU at {baseline} GPUs (the smallest count with a plan) lost "
+          "relative to linear scaling; top causes: what each component of the step adds over its baseline time "
+          "scaled by 1/GPUs, as a share of that throughput (they add up to lost; negative: shrank faster)")
+    print("plan: tp, pp (vN: interleaved chunks), cp and dp degrees, micro-batch (mb), ZeRO stage, sp: sequence "
+          "parallel, rc: recomputation if any" + (f"; wrote {args.out}" if args.out else "; --out writes the dataset"))
+    return 0
+
+
+def _scale_plan_text(ds, i: int) -> str:
+    """One count's plan in a few words (the knobs that shape it)."""
+    from .specs import RECOMPUTE_MODES
+
+    k = {name: int(ds[name].values[i]) for name in ("tp", "pp", "cp", "dp", "ep", "interleave", "micro_batch",
+                                                     "zero", "sequence_parallel", "recompute")}
+    text = f"tp{k['tp']} pp{k['pp']}" + (f" v{k['interleave']}" if k["interleave"] > 1 else "")
+    text += f" cp{k['cp']} dp{k['dp']}" + (f" ep{k['ep']}" if k["ep"] > 1 else "") + f" mb{k['micro_batch']}"
+    text += f" zero{k['zero']}" + (" sp" if k["sequence_parallel"] else "")
+    return text + (f" rc:{RECOMPUTE_MODES[k['recompute']]}" if RECOMPUTE_MODES[k["recompute"]] != "none" else "")
+
+
+def _top_causes(ds, i: int, top: int = 3) -> str:
+    loss = ds["throughput_loss"].values[i]
+    order = [j for j in np.argsort(-np.abs(loss), kind="stable")[:top] if abs(loss[j]) >= 5e-4]
+    return ", ".join(f"{ds['cause'].values[j]} {100 * loss[j]:+.1f}%" for j in order) or "-"
+
+
+def _scale_rows(ds) -> list[dict]:
+    rows = []
+    for i, gpus in enumerate(ds["gpus"].values):
+        if not ds["has_plan"].values[i]:
+            rows.append({"GPUs": int(gpus), "plan": "no plan fits (`search` at this count says why)"})
+            continue
+        rows.append({"GPUs": int(gpus), "plan": _scale_plan_text(ds, i),
+                     "step_s": float(ds["step_time_s"].values[i]),
+                     "tokens/s/GPU": float(ds["tokens_per_s_per_gpu"].values[i]),
+                     "MFU": float(ds["mfu"].values[i]),
+                     "lost": f"{100 * (1 - ds['scaling_efficiency'].values[i]):.1f}%",
+                     "top causes": _top_causes(ds, i) if gpus != ds.attrs["baseline_gpus"] else "(baseline)"})
+    return rows
+
+
+def _scale_json(ds) -> dict:
+    """The scaling curve as JSON: one object per GPU count (null where no plan fits)."""
+    from .scaling import PLAN_KNOBS
+    from .specs import RECOMPUTE_MODES
+
+    causes = [str(c) for c in ds["cause"].values]
+    counts = []
+    for i, gpus in enumerate(ds["gpus"].values):
+        entry = {"gpus": int(gpus), "has_plan": bool(ds["has_plan"].values[i])}
+        if entry["has_plan"]:
+            entry["plan"] = {name: int(ds[name].values[i]) for name in PLAN_KNOBS}
+            entry["plan"]["recompute"] = RECOMPUTE_MODES[entry["plan"]["recompute"]]
+        for name in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
+                     "scaling_efficiency"):
+            entry[name] = float(ds[name].values[i])
+        for name in ("time_s", "added_time_s", "throughput_loss"):
+            entry[name] = dict(zip(causes, ds[name].values[i].tolist()))
+        counts.append(entry)
+    keys = ("model", "system", "global_batch", "seq_len", "stack", "baseline_gpus")
+    return {**{k: ds.attrs[k] for k in keys}, "counts": counts}
 
 
 def cmd_plan(args) -> int:
@@ -906,25 +1004,12 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
-
-    p = sub.add_parser("predict", help="predict step time, throughput, MFU, memory and energy of runs",
-                       description="Predict step time, throughput, MFU, memory and energy of runs. A run is "
-                       "{id, model, system, gpus, plan}; its plan's fields are below.",
-                       epilog=plan_fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", metavar="RUNS.yaml", help="one run (a mapping) or 'runs:' with a list of runs")
-    p.add_argument("--json", action="store_true", help="print one JSON array, one object per run")
-    p.add_argument("--allow-unrunnable", action="store_true",
-                   help="price a plan its stack does not run (data/stack_rules.yaml) with a warning, instead of refusing it")
-    p.set_defaults(func=cmd_predict)
-
-    p = sub.add_parser("search", help="search the plan space for the fastest plans that fit")
+def _add_search_arguments(p, gpus_type, gpus_help: str, space_help: str) -> None:
+    """The arguments ``search`` and ``scale`` share: model, system, GPUs, global batch, the plan fields fixed for
+    every plan searched, ``--fix``/``--search`` (the space), ``--space``, ``--json``, ``--allow-unrunnable``."""
     p.add_argument("--model", required=True, help="catalog model name, or a YAML file with the model's shape")
     p.add_argument("--system", required=True, help="catalog system name, or a YAML file {name: ..., overrides}")
-    p.add_argument("--gpus", required=True, type=_positive_int, help="GPUs of the run (tp*pp*dp*cp)")
+    p.add_argument("--gpus", required=True, type=gpus_type, help=gpus_help)
     p.add_argument("--global-batch", required=True, type=_positive_int,
                    help="sequences per optimizer step, over all data-parallel ranks")
     p.add_argument("--seq-len", type=_positive_int, help="sequence length in tokens (default: the model's)")
@@ -948,15 +1033,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")
-    p.add_argument("--top", type=_bounded_int(TOP_MAX), default=5,
-                   help=f"distinct plans to show (default 5, at most {TOP_MAX}); plans priced alike that differ only "
-                        "in settings (recompute, ZeRO, shard group, ...) are folded into one row")
-    p.add_argument("--space", action="store_true", help="print the search space (every axis and its values) and "
-                   "its size, then stop")
+    p.add_argument("--space", action="store_true", help=space_help)
     p.add_argument("--json", action="store_true")
     p.add_argument("--allow-unrunnable", action="store_true",
                    help="also propose plans the stack does not run (data/stack_rules.yaml), with a warning")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
+
+    p = sub.add_parser("predict", help="predict step time, throughput, MFU, memory and energy of runs",
+                       description="Predict step time, throughput, MFU, memory and energy of runs. A run is "
+                       "{id, model, system, gpus, plan}; its plan's fields are below.",
+                       epilog=plan_fields_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", metavar="RUNS.yaml", help="one run (a mapping) or 'runs:' with a list of runs")
+    p.add_argument("--json", action="store_true", help="print one JSON array, one object per run")
+    p.add_argument("--allow-unrunnable", action="store_true",
+                   help="price a plan its stack does not run (data/stack_rules.yaml) with a warning, instead of refusing it")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("search", help="search the plan space for the fastest plans that fit")
+    _add_search_arguments(p, gpus_type=_positive_int, gpus_help="GPUs of the run (tp*pp*dp*cp)",
+                          space_help="print the search space (every axis and its values) and its size, then stop")
+    p.add_argument("--top", type=_bounded_int(TOP_MAX), default=5,
+                   help=f"distinct plans to show (default 5, at most {TOP_MAX}); plans priced alike that differ only "
+                        "in settings (recompute, ZeRO, shard group, ...) are folded into one row")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("scale", help="scaling curve: the best plan at each GPU count of a fixed global batch, "
+                       "and the throughput per GPU lost to each cause",
+                       description="For each GPU count, the best plan `search` finds (same stack rules and options) "
+                       "at a fixed global batch: throughput per GPU, MFU, step time, and the share of the smallest "
+                       "count's throughput per GPU lost to each component of the step (compute, tp_comm, "
+                       "pipeline_bubble, dp_comm, straggler, ...) relative to linear scaling.")
+    _add_search_arguments(p, gpus_type=str, gpus_help="GPU counts: START..STOP (START doubled up to STOP, e.g. "
+                          "256..16384) or a comma list (256,512,1024)",
+                          space_help="print the search space at each GPU count and its size, then stop")
+    p.add_argument("--out", metavar="FILE.nc", help="write the curve as a netCDF dataset (dims gpus, cause)")
+    p.set_defaults(func=cmd_scale)
 
     p = sub.add_parser("plan", help="plan a pipeline over a heterogeneous cluster (groups + links YAML)")
     p.add_argument("cluster", metavar="CLUSTER.yaml", help="groups: [{name, system, nodes}], links: [...]")

@@ -138,7 +138,7 @@ def test_scale_json_has_every_count(capsys):
 
 @pytest.mark.parametrize("args, field", [
     (["--gpus", "64..500", "--global-batch", "64"], "gpus = '64..500' is invalid"),
-    (["--gpus", "0,8", "--global-batch", "64"], "gpus = 0 is invalid"),
+    (["--gpus", "0,8", "--global-batch", "64"], "gpus = '0,8' is invalid"),
     (["--gpus", "8..16", "--global-batch", "12", "--fix", "tp=1", "pp=1", "cp=1"], "global_batch = 12 is invalid"),
 ])
 def test_scale_rejects_bad_input_in_one_line(capsys, args, field):

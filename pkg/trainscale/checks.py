@@ -8,10 +8,12 @@ Booleans are never accepted as numbers.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
+from .errors import short_repr
 from .specs import SpecError
 
 __all__ = ["check_choice", "check_choices", "check_float", "check_floats", "check_int", "check_ints", "check_speeds"]
@@ -94,3 +96,52 @@ def check_speeds(speeds, workers: int) -> np.ndarray:
     if arr.shape != (workers,) or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
         raise SpecError("speeds", speeds, f"expected {workers} positive finite numbers (one per worker)")
     return arr
+
+
+GPU_COUNTS_SYNTAX = ("expected GPU counts such as 256,512,1024, a range START..STOP (START doubled up to STOP, "
+                     "e.g. 256..8192), or both (96,128..512)")
+
+
+def _gpu_range(name: str, given, part: str) -> list[int] | None:
+    """``START..STOP`` as START, 2 START, 4 START, ... STOP (STOP must be START times a power of two); None when
+    ``part`` is not a range."""
+    m = re.fullmatch(r"(\d{1,15})\s*\.\.\s*(\d{1,15})", part)
+    if not m:
+        return None
+    start, stop = int(m.group(1)), int(m.group(2))
+    ratio = stop // start if 0 < start <= stop else 0
+    if ratio == 0 or stop % start or ratio & (ratio - 1):
+        raise SpecError(name, given, f"the range {part!r} needs 0 < START <= STOP and STOP = START times a power "
+                        f"of two; {GPU_COUNTS_SYNTAX}")
+    return [start << k for k in range(ratio.bit_length())]
+
+
+def parse_gpu_counts(value, name: str = "gpus", maximum: int = 2**40) -> list[int]:
+    """GPU counts, ascending, none twice: a list of positive integers, an integer, or text (the CLI's
+    ``--gpus``): ``"256,512,1024"``, ``"256..8192"`` (:func:`_gpu_range`), or both mixed (``"96,128..512"``).
+    Anything else is one :class:`SpecError` naming ``name``, the value and the syntax."""
+    given = value
+    if isinstance(value, str):
+        counts: list = []
+        for part in value.split(","):
+            part = part.strip()
+            spanned = _gpu_range(name, given, part)
+            if spanned is not None:
+                counts += spanned
+            elif re.fullmatch(r"\d{1,15}", part):
+                counts.append(int(part))
+            else:
+                raise SpecError(name, given, (f"{part!r} is not a size; " if part else "an empty size; ")
+                                + GPU_COUNTS_SYNTAX)
+        value = counts
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        value = [value]
+    try:
+        counts = check_ints(name, value, 1, maximum)
+    except SpecError as err:
+        if isinstance(err.value, list):  # a count twice: check_ints names it
+            why = err.valid.removeprefix("expected distinct values ").strip("()")
+        else:
+            why = f"{short_repr(err.value)} is not a size in [1, {maximum}]"
+        raise SpecError(name, given, f"{why}; {GPU_COUNTS_SYNTAX}") from None
+    return sorted(counts)

@@ -21,14 +21,12 @@ rest cost more on every count than some other size.
 from __future__ import annotations
 
 import math
-import re
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import xarray as xr
 
-from .checks import check_ints
-from .errors import short_repr
+from .checks import parse_gpu_counts
 from .specs import DEFAULT_STACK, SpecError
 
 __all__ = ["pareto_front", "parse_gpus", "parse_tokens", "cluster_front", "front_figure", "save_front_figure",
@@ -84,46 +82,9 @@ def pareto_front(points) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- input
-_GPUS_VALID = (f"expected GPU counts such as 256,512,1024 or a range of powers of two such as 256..8192, each in "
-               f"[1, {MAX_GPUS}], none twice")
-
-
-def _is_pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
 def parse_gpus(value, name: str = "gpus") -> list[int]:
-    """Cluster sizes, ascending: a list of positive integers, or text ``"256,512,1024"``, ``"256..8192"`` (every
-    power of two from 256 to 8192; both ends powers of two), or both mixed (``"96,128..512"``)."""
-    given = value
-    if isinstance(value, str):
-        sizes: list = []
-        for part in value.split(","):
-            part = part.strip()
-            m = re.fullmatch(r"(\d{1,8})\s*\.\.\s*(\d{1,8})", part)
-            if m:
-                lo, hi = int(m.group(1)), int(m.group(2))
-                if not (_is_pow2(lo) and _is_pow2(hi) and lo <= hi):
-                    raise SpecError(name, given, f"the range {part!r} needs two powers of two, the smaller first; "
-                                    + _GPUS_VALID)
-                sizes += [2**k for k in range(lo.bit_length() - 1, hi.bit_length())]
-            elif re.fullmatch(r"\d{1,8}", part):
-                sizes.append(int(part))
-            else:
-                raise SpecError(name, given, (f"{part!r} is not a size; " if part else "an empty size; ")
-                                + _GPUS_VALID)
-        value = sizes
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        value = [value]
-    try:
-        sizes = check_ints(name, value, 1, MAX_GPUS)
-    except SpecError as err:
-        if isinstance(err.value, list):  # a size twice: check_ints names it
-            why = err.valid.removeprefix("expected distinct values ").strip("()")
-        else:
-            why = f"{short_repr(err.value)} is not a size"
-        raise SpecError(name, given, f"{why}; {_GPUS_VALID}") from None
-    return sorted(sizes)
+    """Cluster sizes, ascending (:func:`trainscale.checks.parse_gpu_counts`, up to :data:`MAX_GPUS`)."""
+    return parse_gpu_counts(value, name, MAX_GPUS)
 
 
 def parse_tokens(value, name: str = "tokens") -> float:

@@ -19,23 +19,20 @@ than ``1/g`` (a pipeline bubble gone because the larger count runs without pipel
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import xarray as xr
 
 from . import perfmodel
-from .checks import check_int, check_ints
+from .checks import check_int, check_ints, parse_gpu_counts
 from .io import provenance
 from .kernels.layout import BREAKDOWN, BREAKDOWN_MOE
 from .searchspace import space_values
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, RunSpec, SpecError, resolve_model, resolve_system
 
-__all__ = ["parse_gpus", "scaling_curve", "best_plan", "PLAN_KNOBS", "GPUS_SYNTAX"]
+__all__ = ["parse_gpus", "scaling_curve", "best_plan", "PLAN_KNOBS"]
 
-GPUS_SYNTAX = ("expected START..STOP (START doubled up to STOP, e.g. 256..16384) or a comma list of "
-               "positive integers (e.g. 256,512,1024)")
 MAX_GPUS = 2**40  # as the CLI's other GPU counts
 #: the plan knobs stored along ``gpus`` (booleans as 0/1, recompute as its index in RECOMPUTE_MODES)
 PLAN_KNOBS = ("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
@@ -51,21 +48,9 @@ FLOATS = {
 }
 
 
-def parse_gpus(text: str) -> list[int]:
-    """GPU counts from ``START..STOP`` (START, 2 START, 4 START, ... STOP; STOP must be START times a power of
-    two) or a comma list (``256,512,1024``), ascending; anything else is a :class:`SpecError` naming ``gpus``."""
-    text = str(text).strip()
-    match = re.fullmatch(r"(\d+)\.\.(\d+)", text)
-    if match:
-        start, stop = int(match.group(1)), int(match.group(2))
-        counts = [start * 2**i for i in range(64) if 0 < start * 2**i <= min(stop, MAX_GPUS)]
-        if not counts or counts[-1] != stop:
-            raise SpecError("gpus", text, f"{GPUS_SYNTAX}; STOP must be START times a power of two, both in "
-                            f"[1, 2^40]")
-        return counts
-    if not re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
-        raise SpecError("gpus", text, GPUS_SYNTAX)
-    return sorted(check_ints("gpus", [int(part) for part in text.split(",")], 1, MAX_GPUS))
+def parse_gpus(text) -> list[int]:
+    """GPU counts, ascending (:func:`trainscale.checks.parse_gpu_counts`, up to :data:`MAX_GPUS`)."""
+    return parse_gpu_counts(text, "gpus", MAX_GPUS)
 
 
 def _space_at(space, model, system, gpus: int, global_batch: int) -> dict:

@@ -220,13 +220,15 @@ def admm_numpy(Z, T, lam: float, workers: int = 1, blocks: int = 1, iterations: 
     return Wbar
 
 
-def iteration_flops(n_i: int, n_features: int, classes: int, blocks: int) -> float:
+def iteration_flops(n_i: int, n_features: int, classes: int, blocks: int, input_dim: int = 0) -> float:
     """Floating-point operations of one worker's iteration (``n_i`` examples, all feature blocks): per
     block of ``m = D/J`` features, ``Z^T nu``, ``Z W``, ``Z^T y`` (2 n_i m k each) and the cached
-    triangular solves (2 m^2 k); the features are kept, not recomputed (the paper recomputes them on the
-    fly when they do not fit in memory: 2 n_i d D more)."""
+    triangular solves (2 m^2 k). With ``input_dim = d > 0`` the random features are recomputed every
+    iteration, ``Z = cos(X Omega + b)``: 2 n_i d D more (the product; the cosines are not counted), as
+    libSkylark's ``BlockADMM`` does unless ``--cachetransforms`` is given; ``input_dim = 0`` keeps them."""
     m = n_features / blocks
-    return float(blocks * (3 * 2.0 * n_i * m * classes + 2.0 * m * m * classes))
+    products = blocks * (3 * 2.0 * n_i * m * classes + 2.0 * m * m * classes)
+    return float(products + 2.0 * n_i * input_dim * n_features)
 
 
 def worker_iteration_time_s(n_i: int, n_features: int, classes: int, blocks: int, repeats: int = 5,

@@ -2,19 +2,28 @@
 Sindhwani, "High-performance Kernel Machines with Implicit Distributed Optimization and Randomization",
 arXiv 1409.0940; Technometrics 58(3), 2016; code: libSkylark ``ml/BlockADMM.hpp``).
 
-The paper trains Gaussian-kernel models on millions of examples (MNIST, TIMIT) on two distributed-memory
-clusters (BlueGene/Q scale): random Fourier features make the model linear in a large feature space, and
+The paper trains Gaussian-kernel models on millions of examples (MNIST-8M, TIMIT) on two distributed-memory
+clusters, one a Blue Gene/Q: random Fourier features make the model linear in a large feature space, and
 block-splitting ADMM spreads the examples over nodes and the feature blocks over threads, with a cached
 ``(Z_ij^T Z_ij + I)^-1`` per block and one broadcast and one reduce of the weights per iteration (rho = 1).
 
-Here, scaled down to what 2 CPU cores run in seconds, on a generated classification problem of documented
-size (:func:`trainscale.kernelmachines.make_problem`): (1) test accuracy against the number of random features,
-approaching exact kernel ridge regression (solvable exactly at this size), and the kernel approximation error;
-(2) the ADMM iterates converging to the direct ridge solve on the same features for several splits; (3) time
-per iteration against the number of workers, strong and weak scaling: each worker's compute is its iteration's
-FLOPs at a Blue Gene/Q node's sustained rate (deterministic, unlike a timing of this machine), the broadcast and
-reduce are priced by the project's collectives on a catalog network. The paper's own figures (speed-ups, accuracies on MNIST and TIMIT) were not available to
-this study: the records compare directions, and the Monte Carlo rate of the random features, and say so.
+What was read, and where (see :data:`READ`): the paper's title page, abstract and the start of its introduction
+(the stored full-text copy at koineu.com/en/posts/2015/04/2015-04-17-1409_0940, the v3 of 17 April 2015, and
+scholar.archive.org's arXiv v3 record, pages corpus); a section-by-section summary (bohrium.com paper-details
+page, pages corpus) which says the experiments run MNIST and TIMIT on two distributed-memory environments and
+measure speed-up and parallel efficiency for strong scaling; libSkylark's ``ml/BlockADMM.hpp`` and
+``doc/sphinx/ml.rst`` (github:xdata-skylark/libskylark, fetched): the iteration (broadcast of ``Wbar``, proximal
+step, cached block inverses, reduce), rho = 1, and that the random features are recomputed every iteration
+unless ``--cachetransforms`` is given. The stored copies of the text stop after ~2,000 characters and this
+machine has no web access: the paper's tables (its node counts, numbers of random features, times, speed-ups,
+accuracies) could not be read, and none is typed from memory, so every record here is a direction.
+
+Here: (1) test accuracy against the number of random features on a generated problem small enough for exact
+kernel ridge regression (:func:`trainscale.kernelmachines.make_problem`; a different setting, labelled); (2) the
+ADMM iterates converging to the direct ridge solve for several splits (a self-check, tested, no record);
+(3) time per iteration against Blue Gene/Q nodes at the paper's problem size (MNIST-8M: 8.1 million examples,
+784 inputs, 10 classes): each node's FLOPs at a sustained share of the node's peak (swept, 10-50%), the broadcast
+and reduce priced by the project's collectives on the 5D torus's link (:data:`BGQ`), strong and weak scaling.
 """
 
 from __future__ import annotations
@@ -31,27 +40,40 @@ from .. import io as tsio
 from .. import kernelmachines as km
 from ..checks import check_float, check_floats, check_int
 from ..io import provenance
-from ..specs import SpecError, resolve_system
+from ..specs import SpecError
 from ..wallclock import Link
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SETTING", "compare", "accuracy_study", "admm_study",
-           "scaling_study", "kernel_error_slope", "MC_RATE"]
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SETTING", "READ", "BGQ", "MNIST8M", "SUSTAINED_FRACTION",
+           "compare", "accuracy_study", "admm_study", "scaling_study", "kernel_error_slope", "MC_RATE"]
 
 PAPER = ("Avron & Sindhwani, High-performance Kernel Machines with Implicit Distributed Optimization and "
          "Randomization (arXiv 1409.0940; Technometrics 2016)")
 OUTPUTS = ("accuracy.nc", "admm.nc", "scaling.nc", "accuracy.png", "admm.png", "scaling.png")
 RESOURCES = {"mem_mb": 2000, "runtime_quick_min": 2, "runtime_full_min": 5}
 STUDY = "big-model-scheduling"
-#: sustained GFLOP/s of one worker node: an IBM Blue Gene/Q node (the paper's larger cluster) peaks at 204.8
-#: (16 cores x 8 double-precision FLOP per cycle at 1.6 GHz; IBM Blue Gene/Q architecture, IBM J. Res. Dev. 57,
-#: 2013); the iteration is matrix-vector products and triangular solves, memory-bound on the node's 42.6 GB/s,
-#: taken at 20% of peak (estimate)
-NODE_GFLOPS = 41.0
+#: an IBM Blue Gene/Q node and its torus link. peak: 16 compute cores (of 18: one for the OS, one spare) at
+#: 1.6 GHz, 4 FMA (8 FLOP) per cycle = 12.8 GFLOP/s a core, 204.8 a node (euroben.nl "The BlueGene/Q processor",
+#: pages corpus; IBM J. Res. Dev. 57, 2013); 16 GB DDR3-1333 per node (same), 42.6 GB/s (2 controllers x
+#: 21.3 GB/s); link: "2 GBps of raw data, simultaneously, in both directions on all 10 links; at a 10% packet
+#: overhead the payload in both directions on a single link is 3.6 GBps" (IBM Redbook SG24-7872, Blue Gene/Q
+#: Hardware Overview, ch. 2, pages corpus: oreilly.com), 1.8 GB/s a direction; latency: estimate, a few
+#: microseconds per MPI collective step (hops ~0.1 us, the software stack dominates)
+BGQ = {"cores": 16, "peak_gflops": 204.8, "memory_GB": 16.0, "memory_GBps": 42.6, "link_GBps": 1.8,
+       "latency_s": 3.0e-6}
+#: the node's sustained share of peak used for the headline (estimate): the iteration's products with the k = 10
+#: columns of the weights read Z once per 2k FLOP (k/4 = 2.5 FLOP/byte in float64: at most 106 GFLOP/s, 52% of
+#: peak, on 42.6 GB/s); the feature recomputation X Omega is a GEMM that can run nearer peak. Swept over 10-50%.
+SUSTAINED_FRACTION = 0.2
+#: MNIST-8M (Loosli, Canu & Bottou's infinite MNIST, 8.1 million 28 x 28 digits; LIBSVM data sets page "mnist8m":
+#: 8,100,000 examples, 784 features, 10 classes), the paper's larger MNIST problem
+MNIST8M = {"examples": 8_100_000, "inputs": 784, "classes": 10}
 
-PAPER_SETTING = ("Gaussian-kernel models by random Fourier features and block-splitting ADMM (rho = 1) on MNIST and "
-                 "TIMIT (millions of examples) on two distributed-memory clusters (BlueGene/Q scale)")
-NOT_READ = ("the paper's figures and tables were not available to this study, so no number of theirs is compared "
-            "(none typed from memory)")
+PAPER_SETTING = ("Gaussian-kernel models by random Fourier features and block-splitting ADMM (rho = 1) on MNIST-8M "
+                 "and TIMIT on two distributed-memory clusters, one a Blue Gene/Q")
+READ = ("read: the paper's abstract and introduction (koineu.com full-text copy, v3 2015, and scholar.archive.org, "
+        "pages corpus), a section summary (bohrium.com) and libSkylark's BlockADMM.hpp; the stored text stops "
+        "before the experiments and there is no web access here, so the paper's tables were not read and no "
+        "number of theirs is compared (none typed from memory)")
 MC_RATE = -0.5  # Monte Carlo rate of random features (Rahimi & Recht 2007), which the paper's randomization rests on
 
 
@@ -163,69 +185,83 @@ def admm_study(problem: dict, sigma: float = 2.5, n_features: int = 256, workers
     return ds
 
 
-def scaling_study(workers: Sequence[int] = (1, 4, 16), strong_examples: int = 4096, weak_examples: int = 512,
-                  n_features: int = 512, classes: int = 3, blocks: int = 4, network_system: str = "dgx-v100",
-                  bandwidths_GBps: Sequence[float] = (1.25,), node_gflops: float = NODE_GFLOPS) -> xr.Dataset:
-    """Time per iteration against workers: compute = one worker's iteration FLOPs
-    (:func:`trainscale.kernelmachines.iteration_flops`: its share of examples, all feature blocks) at
-    ``node_gflops`` sustained GFLOP/s (default: a Blue Gene/Q node, see :data:`NODE_GFLOPS`), communication = broadcast +
-    reduce of the ``D x k`` weights by the collectives on ``network_system``'s scale-out link (its latency,
-    its bandwidth and each of ``bandwidths_GBps``). Strong scaling: ``strong_examples`` split over the
-    workers; weak scaling: ``weak_examples`` per worker."""
-    P = _ints("workers", workers, 1, 4096)
-    strong = check_int("strong_examples", strong_examples, max(P), 10**6)
-    weak = check_int("weak_examples", weak_examples, 1, 10**5)
-    D = check_int("scaling_features", n_features, 1, 8192)
-    k = check_int("classes", classes, 1, 100)
-    J = check_int("scaling_blocks", blocks, 1, D)
-    system = resolve_system(network_system)
-    catalog_bw = float(system.scale_out_GBps_per_gpu)
-    bws = sorted(set(check_floats("bandwidths_GBps", bandwidths_GBps, 0.0, 1e4, open_min=True)) | {catalog_bw})
-    n_i = {"strong": [strong // p for p in P], "weak": [weak] * len(P)}
-    rate = check_float("node_gflops", node_gflops, 0.0, 1e7, open_min=True) * 1e9
+def scaling_study(workers: Sequence[int] = (64, 128, 256, 512, 1024), strong_examples: int = MNIST8M["examples"],
+                  weak_examples: int = 7910, input_dim: int = MNIST8M["inputs"], classes: int = MNIST8M["classes"],
+                  n_features: Sequence[int] = (5000, 10000, 20000), blocks: int = BGQ["cores"],
+                  sustained_fractions: Sequence[float] = (0.1, 0.2, 0.35, 0.5),
+                  bandwidths_GBps: Sequence[float] = (0.9, 3.6), peak_gflops: float = BGQ["peak_gflops"],
+                  link_GBps: float = BGQ["link_GBps"], latency_s: float = BGQ["latency_s"],
+                  headline_features: int = 10000, headline_fraction: float = SUSTAINED_FRACTION) -> xr.Dataset:
+    """Time per iteration against Blue Gene/Q nodes at the paper's problem size (MNIST-8M by default): compute =
+    one node's iteration FLOPs (:func:`trainscale.kernelmachines.iteration_flops` with the random features
+    recomputed every iteration, libSkylark's default) at ``sustained_fraction x peak_gflops``; communication =
+    broadcast + reduce of the ``D x k`` weights by the project's collectives over one torus link per node
+    (``link_GBps``, ``latency_s``; each of ``bandwidths_GBps`` too). Strong scaling: ``strong_examples`` split over
+    the nodes; weak scaling: ``weak_examples`` per node. Every random-feature count ``D`` of ``n_features`` and
+    every sustained fraction is priced (the paper's ``D`` was not read, and the node's sustained rate is an
+    estimate); ``headline_features`` and ``headline_fraction`` pick the headline."""
+    P = _ints("workers", workers, 1, 100000)
+    strong = check_int("strong_examples", strong_examples, max(P), 10**9)
+    weak = check_int("weak_examples", weak_examples, 1, 10**8)
+    d = check_int("input_dim", input_dim, 0, 10**6)
+    k = check_int("classes", classes, 1, 10**4)
+    Ds = _ints("scaling_features", n_features, 1, 10**7)
+    J = check_int("scaling_blocks", blocks, 1, min(Ds))
+    fr = sorted(check_floats("sustained_fractions", sustained_fractions, 0.0, 1.0, open_min=True))
+    peak = check_float("peak_gflops", peak_gflops, 0.0, 1e7, open_min=True)
+    link = check_float("link_GBps", link_GBps, 0.0, 1e4, open_min=True)
+    lat = check_float("latency_s", latency_s, 0.0, 1.0)
+    bws = sorted(set(check_floats("bandwidths_GBps", bandwidths_GBps, 0.0, 1e4, open_min=True)) | {link})
+    D0 = check_int("headline_features", headline_features, 1, 10**7)
+    f0 = check_float("headline_fraction", headline_fraction, 0.0, 1.0, open_min=True)
+    if D0 not in Ds:
+        raise SpecError("headline_features", D0, f"expected one of scaling_features {Ds}")
+    if f0 not in fr:
+        raise SpecError("headline_fraction", f0, f"expected one of sustained_fractions {fr}")
     modes = ["strong", "weak"]
-    comm = np.array([[km.comm_time_s(D, k, p, Link(bw, system.scale_out_latency_s))["total_s"] for bw in bws]
-                     for p in P])
-    comm = np.broadcast_to(comm, (2, len(P), len(bws)))
-    workers_col = np.array(P, dtype=float)[:, None]
-
-    def timings(node_rate):
-        compute = np.array([[km.iteration_flops(n, D, k, J) / node_rate for n in n_i[m]] for m in modes])
-        it = compute[:, :, None] + comm
-        return compute, it, np.stack([it[0, :1] / (workers_col * it[0]), it[1, :1] / it[1]])
-
-    compute, it, eff = timings(rate)
-    # the node rate is an estimate that decides the efficiencies: the same at 10% and 50% of a node's peak too
-    rates = sorted({0.5 * NODE_GFLOPS, NODE_GFLOPS, 2.5 * NODE_GFLOPS, rate / 1e9})
-    by_rate = np.stack([timings(r * 1e9)[2][:, -1, bws.index(catalog_bw)] for r in rates])
-    dims = ("scaling", "workers", "bandwidth_GBps")
-    ds = xr.Dataset({"compute_s": (dims[:2], compute), "comm_s": (dims, comm.copy()), "iteration_s": (dims, it),
-                     "comm_share": (dims, comm / it), "efficiency": (dims, eff),
-                     "examples_per_worker": (dims[:2], np.array([n_i[m] for m in modes], dtype=float)),
-                     "flops_per_worker": (dims[:2], np.array([[km.iteration_flops(n, D, k, J) for n in n_i[m]]
-                                                              for m in modes]))},
-                    coords={"scaling": modes, "workers": P, "bandwidth_GBps": bws})
-    ds["efficiency_by_node_rate"] = (("node_gflops", "scaling"), by_rate)
-    ds = ds.assign_coords(node_gflops=("node_gflops", np.array(rates)))
-    _attrs(ds["efficiency_by_node_rate"], "1", f"parallel efficiency at {max(P)} workers on the catalog link, "
-           "by the node's sustained rate")
-    _attrs(ds["node_gflops"], "GFLOP/s", "sustained rate of a worker node (Blue Gene/Q at 10-50% of its peak)")
-    ds["speedup"] = (dims, np.where(np.array(modes)[:, None, None] == "strong", it[:, :1] / it, np.nan))
-    _attrs(ds["compute_s"], "s", "one worker's iteration: its FLOPs at the node's sustained rate")
-    _attrs(ds["comm_s"], "s", "broadcast + reduce of the weights (collectives on the catalog network)")
+    n_i = np.array([[strong // p for p in P], [weak] * len(P)], dtype=float)
+    flops = np.array([[[km.iteration_flops(int(n), D, k, J, d) for D in Ds] for n in row] for row in n_i])
+    rate = np.array(fr) * peak * 1e9
+    compute = flops[..., None] / rate  # (scaling, workers, D, fraction)
+    comm = np.array([[[km.comm_time_s(D, k, p, Link(bw, lat))["total_s"] for bw in bws] for D in Ds] for p in P])
+    it = compute[..., None] + comm[None, :, :, None, :]  # (scaling, workers, D, fraction, bandwidth)
+    ratio = np.array(P, dtype=float)[:, None, None, None] / P[0]
+    eff = np.stack([it[0, :1] / (ratio * it[0]), it[1, :1] / it[1]])
+    # one node's memory: its examples, the cached block inverses, the random features of every block in flight
+    # (all J blocks at once, one per thread) and the ADMM state of its examples (O, Obar, nu: 3 n_i k)
+    mem = np.array([[[(nn * d + J * (D / J) ** 2 + nn * D + 3 * nn * k + 4 * D * k) * km.BYTES_PER_VALUE / 1e9
+                      for D in Ds] for nn in row] for row in n_i])
+    dims = ("scaling", "workers", "n_features", "sustained_fraction", "bandwidth_GBps")
+    ds = xr.Dataset({"compute_s": (dims[:4], compute),
+                     "comm_s": (("workers", "n_features", "bandwidth_GBps"), comm),
+                     "iteration_s": (dims, it), "comm_share": (dims, comm[None, :, :, None, :] / it),
+                     "efficiency": (dims, eff),
+                     "speedup": (dims, np.where(np.array(modes)[:, None, None, None, None] == "strong",
+                                                it[:, :1] / it, np.nan)),
+                     "examples_per_worker": (dims[:2], n_i),
+                     "flops_per_worker": (dims[:3], flops),
+                     "memory_GB": (dims[:3], mem)},
+                    coords={"scaling": modes, "workers": P, "n_features": Ds, "sustained_fraction": fr,
+                            "bandwidth_GBps": bws})
+    _attrs(ds["compute_s"], "s", "one node's iteration: its FLOPs at the node's sustained rate")
+    _attrs(ds["comm_s"], "s", "broadcast + reduce of the D x k weights (collectives over one torus link per node)")
     _attrs(ds["iteration_s"], "s", "time per iteration (compute + communication, not overlapped)")
     _attrs(ds["comm_share"], "1", "communication share of the time per iteration")
-    _attrs(ds["efficiency"], "1", "parallel efficiency: T(1) / (P T(P)) strong, T(1) / T(P) weak")
-    _attrs(ds["speedup"], "1", "strong-scaling speed-up T(1) / T(P) (NaN for weak scaling)")
-    _attrs(ds["examples_per_worker"], "1", "examples held by one worker")
-    _attrs(ds["flops_per_worker"], "FLOP", "floating-point operations of one worker's iteration")
-    ds["scaling"].attrs["long_name"] = "strong (fixed total examples) or weak (fixed examples per worker)"
-    _attrs(ds["workers"], "1", "workers (one per node, plus the master)")
-    _attrs(ds["bandwidth_GBps"], "GB/s", "scale-out bandwidth per node")
-    ds.attrs.update(provenance({"workers": P, "strong_examples": strong, "weak_examples": weak, "n_features": D,
-                                "classes": k, "blocks": J, "network_system": network_system,
-                                "catalog_bandwidth_GBps": catalog_bw, "latency_s": system.scale_out_latency_s,
-                                "node_gflops": rate / 1e9}))
+    _attrs(ds["efficiency"], "1", f"parallel efficiency against {P[0]} nodes: T(P0) P0 / (P T(P)) strong, "
+           "T(P0) / T(P) weak")
+    _attrs(ds["speedup"], "1", f"strong-scaling speed-up T({P[0]}) / T(P) (NaN for weak scaling)")
+    _attrs(ds["examples_per_worker"], "1", "examples held by one node")
+    _attrs(ds["flops_per_worker"], "FLOP", "floating-point operations of one node's iteration (features recomputed)")
+    _attrs(ds["memory_GB"], "GB", f"one node's working set (a Blue Gene/Q node has {BGQ['memory_GB']:g} GB)")
+    ds["scaling"].attrs["long_name"] = "strong (fixed total examples) or weak (fixed examples per node)"
+    _attrs(ds["workers"], "1", "Blue Gene/Q nodes (one MPI process per node)")
+    _attrs(ds["n_features"], "1", "random Fourier features D")
+    _attrs(ds["sustained_fraction"], "1", f"the node's sustained share of its {peak:g} GFLOP/s peak")
+    _attrs(ds["bandwidth_GBps"], "GB/s", "torus bandwidth per node and direction")
+    ds.attrs.update(provenance({"workers": P, "strong_examples": strong, "weak_examples": weak, "input_dim": d,
+                                "classes": k, "n_features": Ds, "blocks": J, "sustained_fractions": fr,
+                                "peak_gflops": peak, "link_GBps": link, "latency_s": lat, "bandwidths_GBps": bws,
+                                "headline_features": D0, "headline_fraction": f0}))
     return ds
 
 
@@ -260,29 +296,35 @@ def compare(folder) -> list[comparison.Record]:
         paper_direction=1, paper_setting=PAPER_SETTING + ": accuracy grows with the number of random features "
         "towards the exact kernel's", our_value=float(np.median(closed)), neutral=0.0,
         our_setting=f"{size}; D {int(acc['n_features'][0])} -> {int(acc['n_features'][-1])}, direct ridge solves",
-        free_parameter="kernel width sigma", sweep=closed, note=NOT_READ))
+        free_parameter="kernel width sigma", sweep=closed, note="a generated problem, not MNIST or TIMIT; " + READ))
     q = json.loads(sc.attrs["parameters"])
-    bw = q["catalog_bandwidth_GBps"]
-    ours = (f"{q['n_features']} features x {q['classes']} classes in {q['blocks']} blocks; compute: one worker's "
-            f"FLOPs at {q['node_gflops']:g} GFLOP/s (a Blue Gene/Q node at 20% of peak); communication: {q['network_system']} scale-out "
-            f"link ({bw:g} GB/s, {q['latency_s'] * 1e6:g} us), up to {max(q['workers'])} workers")
-    strong = sc["speedup"].sel(scaling="strong").isel(workers=-1)
+    D0, f0, bw = q["headline_features"], q["headline_fraction"], q["link_GBps"]
+    P0, Pn = min(q["workers"]), max(q["workers"])
+    head = {"n_features": D0, "sustained_fraction": f0, "bandwidth_GBps": bw}
+    ours = (f"{q['input_dim']} inputs, {q['classes']} classes, D = {D0} random features in {q['blocks']} blocks "
+            f"(features recomputed every iteration, libSkylark's default); compute: one node's FLOPs at {f0:.0%} of "
+            f"a Blue Gene/Q node's {q['peak_gflops']:g} GFLOP/s; communication: broadcast + reduce over one 5D-torus "
+            f"link ({bw:g} GB/s a direction, {q['latency_s'] * 1e6:g} us a step); {P0} -> {Pn} nodes")
+    swept = (f"D in {q['n_features']}, sustained share of peak in {q['sustained_fractions']}, link GB/s in "
+             f"{q['bandwidths_GBps']}")
+    strong = sc["speedup"].sel(scaling="strong", workers=Pn)
+    s_eff = float(sc["efficiency"].sel(scaling="strong", workers=Pn, **head))
+    share = float(sc["comm_share"].sel(scaling="strong", workers=Pn, **head))
+    mem = float(sc["memory_GB"].sel(scaling="strong", workers=P0, n_features=D0))
     records.append(comparison.directional(
-        STUDY, f"strong-scaling speed-up of the time per iteration at {max(q['workers'])} workers", "1",
-        paper_direction=1, paper_setting=PAPER_SETTING + ": speed-up with nodes (strong scaling)",
-        our_value=float(strong.sel(bandwidth_GBps=bw)), neutral=1.0,
-        our_setting=f"{q['strong_examples']} examples split over the workers; " + ours,
-        free_parameter="bandwidth_GBps, node rate",
-        sweep=np.concatenate([strong.values, sc["efficiency_by_node_rate"].sel(scaling="strong").values * max(q["workers"])]),
-        note=f"parallel efficiency {float(sc['efficiency'].sel(scaling='strong', bandwidth_GBps=bw).isel(workers=-1)):.2f}; "
-             + NOT_READ))
-    weak = sc["efficiency"].sel(scaling="weak").isel(workers=-1)
+        STUDY, f"strong-scaling speed-up of the time per iteration from {P0} to {Pn} Blue Gene/Q nodes (ideal "
+        f"{Pn / P0:g})", "1", paper_direction=1,
+        paper_setting=PAPER_SETTING + ": speed-up and parallel efficiency with nodes (strong scaling)",
+        our_value=float(strong.sel(**head)), neutral=1.0,
+        our_setting=f"the paper's problem size, MNIST-8M: {q['strong_examples']:,} examples split over the nodes; "
+                    + ours, free_parameter=swept, sweep=strong.values.ravel(),
+        note=(f"parallel efficiency {s_eff:.2f}, communication share {share:.2g} at {Pn} nodes; a node's working set "
+              f"at {P0} nodes {mem:.1f} GB (of {BGQ['memory_GB']:g}); " + READ)))
+    weak = sc["efficiency"].sel(scaling="weak", workers=Pn)
     records.append(comparison.directional(
-        STUDY, f"weak-scaling efficiency at {max(q['workers'])} workers (above one half: the method scales)", "1",
-        paper_direction=1, paper_setting=PAPER_SETTING + ": scaling experiments (direction: the method "
-        "scales as nodes and data grow together)", our_value=float(weak.sel(bandwidth_GBps=bw)), neutral=0.5,
-        our_setting=f"{q['weak_examples']} examples per worker; " + ours, free_parameter="bandwidth_GBps, node rate",
-        sweep=np.concatenate([weak.values, sc["efficiency_by_node_rate"].sel(scaling="weak").values]),
-        note=("the one-half threshold is ours, and the faster node rates of the sweep fall below it (the node rate "
-              "is an estimate: Blue Gene/Q at 10-50% of peak); " + NOT_READ)))
+        STUDY, f"weak-scaling efficiency from {P0} to {Pn} Blue Gene/Q nodes (above one half: the method scales)",
+        "1", paper_direction=1, paper_setting=PAPER_SETTING + ": scaling experiments (direction: the method "
+        "scales as nodes and data grow together)", our_value=float(weak.sel(**head)), neutral=0.5,
+        our_setting=f"{q['weak_examples']:,} MNIST-8M-sized examples per node; " + ours, free_parameter=swept,
+        sweep=weak.values.ravel(), note="the one-half threshold is ours; " + READ))
     return records

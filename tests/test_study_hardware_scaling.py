@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from trainscale import comparison
+from trainscale import comparison, perfmodel
 from trainscale import io as tsio
 from trainscale.specs import SpecError, resolve_model, resolve_system
 from trainscale.studies import hardware_scaling as study
@@ -130,3 +130,38 @@ def test_bad_input_is_named(kwargs, field):
 def test_an_empty_batch_sweep_is_named():
     with pytest.raises(SpecError, match="batch_sweep_tokens"):
         study.batch_sweep(["llama2-7b"], ["dgx-h100"], [8], ["fsdp"], [])
+
+
+# --------------------------------------------------------------------------- published scaling curves
+def test_published_scaling_holds_the_measured_series_relative_to_their_first_point():
+    from trainscale import validation
+
+    pub = study.published_scaling()
+    names = list(dict.fromkeys(pub["series"].values.tolist()))
+    assert any("(strong)" in n for n in names) and any("(weak)" in n for n in names)
+    for name in names:
+        sel = pub["series"].values == name
+        gpus = pub["gpus"].values[sel]
+        assert len(set(gpus)) >= study.MIN_SERIES_POINTS and np.all(np.diff(gpus) >= 0)
+        assert pub["measured_relative"].values[sel][0] == 1.0 and pub["predicted_relative"].values[sel][0] == 1.0
+    # Narayanan et al. 2021 Table 2, ZeRO-3 without model parallelism, 175B: 144, 88, 44 TFLOP/s per GPU
+    zero3 = pub.sel(run=["meg21-t2-175b-zero3-384", "meg21-t2-175b-zero3-768", "meg21-t2-175b-zero3-1536"])
+    assert zero3["measured_relative"].values == pytest.approx([1.0, 88 / 144, 44 / 144], rel=1e-12)
+    # the prediction of each run is the performance model's of its published plan
+    runs = {m.run.id: m for m in validation.measured_runs(None)}
+    m = runs["meg21-t2-175b-zero3-768"]
+    first = runs["meg21-t2-175b-zero3-384"]
+    ratio = perfmodel.predict(m.run).hardware_tflops_per_gpu / perfmodel.predict(first.run).hardware_tflops_per_gpu
+    assert float(zero3["predicted_relative"][1]) == pytest.approx(ratio, rel=1e-12)
+    for name in [*pub.data_vars, *pub.coords]:
+        assert pub[name].attrs.get("long_name"), name
+
+
+def test_published_scaling_figure_is_one_panel_per_series(tmp_path):
+    from trainscale import io as tsio
+
+    pub = study.published_scaling()
+    tsio.write_dataset(pub, tmp_path / "published_scaling.nc")
+    fig = study.draw_published_scaling(tmp_path)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == len(set(pub["series"].values.tolist()))

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, perfmodel
+from .. import comparison, perfmodel, validation
 from .. import io as tsio
 from ..io import provenance
 from ..specs import RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
@@ -32,7 +32,8 @@ from ..specs import RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, 
 PAPER = ("Fernandez et al., Hardware Scaling Trends and Diminishing Returns in Large-Scale Distributed Training "
          "(arXiv 2411.13055)")
 OUTPUTS = ("hardware_scaling.nc", "batch_sweep.nc", "throughput_per_gpu.png", "mfu.png", "total_throughput.png",
-           "energy_per_token.png", "power_per_gpu.png", "allreduce_busbw.nc", "allreduce_busbw.png")
+           "energy_per_token.png", "power_per_gpu.png", "allreduce_busbw.nc", "allreduce_busbw.png",
+           "published_scaling.nc", "published_scaling.png")
 RESOURCES = {"mem_mb": 4000, "runtime_quick_min": 10, "runtime_full_min": 30}
 STUDY = "hardware-scaling"
 
@@ -224,6 +225,119 @@ def allreduce_busbw(systems: Sequence[str], nodes: Sequence[int], message_bytes:
     ds.attrs.update(provenance({"systems": list(systems), "nodes": [int(n) for n in nodes],
                                 "message_bytes": [int(m) for m in message_bytes]}))
     return ds
+
+
+# --------------------------------------------------------------------------- published scaling curves
+#: a published scaling series: the runs of one dataset, model, system, stack and metric at this many GPU counts
+MIN_SERIES_POINTS = 3
+
+
+def _per_gpu_rate(value: float, metric: str, run: RunSpec) -> float:
+    """A run's throughput per GPU in its metric's terms: the metric itself where it is per GPU, else the tokens
+    per second per GPU of a step time."""
+    if metric == "step_time_s":
+        return run.plan.global_batch * run.model.seq_len / (value * run.gpus)
+    return float(value)
+
+
+def _split(runs: list) -> list[tuple[str, list]]:
+    """A group's runs as scaling series: those at one global batch (strong scaling) or one batch per GPU (weak),
+    each over ``MIN_SERIES_POINTS`` or more GPU counts. Runs whose batch varies otherwise are no curve."""
+    out, used = [], set()
+    for kind, key in (("strong", lambda m: m.run.plan.global_batch),
+                      ("weak", lambda m: m.run.plan.global_batch / m.run.gpus)):
+        for value in dict.fromkeys(key(m) for m in runs):
+            part = [m for m in runs if key(m) == value and m.run.id not in used]
+            if len({m.run.gpus for m in part}) >= MIN_SERIES_POINTS:
+                out.append((kind, part))
+                used.update(m.run.id for m in part)
+    return out
+
+
+def _series(runs) -> dict[tuple, list]:
+    """Published scaling series: ``{(dataset, model, system, kind): runs by GPU count}``."""
+    groups: dict[tuple, list] = {}
+    for m in runs:
+        key = (m.dataset, m.run.model.name, m.run.system.name, m.run.plan.stack, m.metric)
+        groups.setdefault(key, []).append(m)
+    return {(*key[:3], kind): sorted(part, key=lambda m: m.run.gpus)
+            for key, group in groups.items() for kind, part in _split(group)}
+
+
+def published_scaling() -> xr.Dataset:
+    """The published scaling curves the project carries (:func:`trainscale.validation.measured_runs`: every
+    series of one dataset, model, system and stack at one global batch (strong) or one batch per GPU (weak),
+    measured at ``MIN_SERIES_POINTS`` or more GPU counts (:func:`_split`), each
+    run with its published plan) against the performance model's prediction of the same runs: throughput per
+    GPU relative to the series' smallest GPU count, measured and predicted (dim ``run``; ``series`` names the
+    curve). Where the runs were fitted (:data:`trainscale.validation.NOT_FITTED` says which were not), the
+    comparison is in-sample: it shows the shape of the curve, not a held-out test."""
+    rows = []
+    for key, runs in sorted(_series(validation.measured_runs(None)).items()):
+        measured = [_per_gpu_rate(m.measured, m.metric, m.run) for m in runs]
+        predicted = [_per_gpu_rate(validation.metric_value(perfmodel.predict(m.run), m.metric, m.run.gpus),
+                                   m.metric, m.run) for m in runs]
+        for m, meas, pred in zip(runs, measured, predicted):
+            rows.append((m, f"{' '.join(key[:3])} ({key[3]})", meas / measured[0], pred / predicted[0],
+                         pred / meas - 1.0))
+    runs = [r[0] for r in rows]
+    ds = xr.Dataset(
+        {"measured_relative": ("run", [r[2] for r in rows], {"units": "1", "long_name": "measured throughput per "
+                               "GPU over the series' first (smallest GPU count) point"}),
+         "predicted_relative": ("run", [r[3] for r in rows], {"units": "1", "long_name": "predicted throughput per "
+                                "GPU over the series' first point (the published plans priced by the model)"}),
+         "rel_error": ("run", [r[4] for r in rows], {"units": "1", "long_name": "relative error of the run's "
+                       "prediction, (predicted - measured) / measured"})},
+        coords={"run": [m.run.id for m in runs],
+                "series": ("run", [r[1] for r in rows]),
+                "gpus": ("run", np.array([m.run.gpus for m in runs], dtype=np.int64)),
+                "global_batch": ("run", np.array([m.run.plan.global_batch for m in runs], dtype=np.int64)),
+                "fitted": ("run", np.array([m.dataset not in validation.NOT_FITTED for m in runs]))})
+    for name, long_name, units in (("run", "measured run (id)", None), ("series", "dataset, model and system "
+                                   "of the scaling series (strong: one global batch; weak: one batch per GPU)", None), ("gpus", "GPUs", "1"),
+                                   ("global_batch", "global batch (sequences per step)", "1"),
+                                   ("fitted", "the run's dataset is used to fit the calibration", "1")):
+        ds[name].attrs.update({"long_name": long_name, **({"units": units} if units else {})})
+    ds.attrs.update(provenance({"min_series_points": MIN_SERIES_POINTS}))
+    return ds
+
+
+def draw_published_scaling(folder):
+    """One panel per published series: throughput per GPU relative to its smallest GPU count, measured (solid,
+    dots) and predicted for the same published plans (dashed, crosses), against GPUs on a log2 axis."""
+    import matplotlib.pyplot as plt
+
+    ds = tsio.read_dataset(Path(folder) / "published_scaling.nc")
+    names = list(dict.fromkeys(ds["series"].values.tolist()))
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.6 * rows), squeeze=False)
+    for ax, name in zip(axes.ravel(), names):
+        sel = ds["series"].values == name
+        gpus = ds["gpus"].values[sel]
+        ax.plot(gpus, ds["measured_relative"].values[sel], "o-", color="#0072B2", label="measured")
+        ax.plot(gpus, ds["predicted_relative"].values[sel], "x--", color="#D55E00", label="predicted")
+        ax.axhline(1.0, color="0.6", lw=0.8, label="smallest count")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, [str(g) for g in gpus], fontsize=7)
+        ax.minorticks_off()
+        ax.set_title(name.replace(" (", "\n("), fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes.ravel()[len(names):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("per-GPU throughput\n/ at the smallest count", fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("GPUs", fontsize=8)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("published scaling curves: measured vs predicted for the published plans "
+                 "(in-sample where the dataset is fitted)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"published_scaling.png": draw_published_scaling}
 
 
 # --------------------------------------------------------------------------- paper vs ours

@@ -45,7 +45,9 @@ def test_alltoall_across_domains_by_hand():
 
 
 def test_alltoall_volume_in_the_layer_costs():
-    """ep = 4 ranks 8 apart (tp = 8) on 8-GPU domains: the a2a per pass moves c k m h / tp values."""
+    """ep = 4 ranks 8 apart (tp = etp = 8) on 8-GPU domains: the a2a per pass moves c k m h / tp values, and
+    the received copies are all-gathered over the 8 expert-tensor-parallel ranks (NVLink) before the experts
+    (Megatron-Core's alltoall dispatcher; reduce-scattered after them)."""
     model = resolve_model("moe-1.8t")
     system = SystemSpec.from_catalog("dgx-h100")
     mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
@@ -56,12 +58,15 @@ def test_alltoall_volume_in_the_layer_costs():
     m = mb * model.seq_len
     nbytes = 2.0 * model.capacity_factor * model.top_k * m * model.hidden / tp
     a2a = 3 * system.scale_out_latency_s + 3 / 4 * nbytes / (calib[K.C_NET_EFF] * system.scale_out_GBps_per_gpu * 1e9)
-    assert lc[K.L_FWD_EP] == pytest.approx(2 * a2a, rel=1e-12)  # dispatch + combine
-    assert lc[K.L_BWD_EP] == pytest.approx(2 * a2a, rel=1e-12)
+    gather = 7 * system.scale_up_latency_s + 7 / 8 * 8 * nbytes / (calib[K.C_NET_EFF] * system.scale_up_GBps_per_gpu * 1e9)
+    assert lc[K.L_FWD_EP] == pytest.approx(2 * (a2a + gather), rel=1e-12)  # dispatch + combine
+    assert lc[K.L_BWD_EP] == pytest.approx(2 * (a2a + gather), rel=1e-12)
     layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_FULL, True, True, lc, ep)
-    assert lc[K.L_BWD_EP] == pytest.approx(4 * a2a, rel=1e-12)  # plus the recomputed forward's
+    assert lc[K.L_BWD_EP] == pytest.approx(4 * (a2a + gather), rel=1e-12)  # plus the recomputed forward's
     layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, 1)
-    assert lc[K.L_FWD_EP] == 0.0 and lc[K.L_BWD_EP] == 0.0  # all experts local: no all-to-all
+    assert lc[K.L_FWD_EP] == pytest.approx(2 * gather, rel=1e-12)  # all experts local: no all-to-all
+    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, 1, False, 1)
+    assert lc[K.L_FWD_EP] == 0.0 and lc[K.L_BWD_EP] == 0.0  # and with etp = 1 nothing to gather either
 
 
 # --------------------------------------------------------------------------- topology
@@ -167,7 +172,12 @@ def test_ep_inside_the_domain_is_cheaper_than_across():
     small = _predict("moe-1.8t", {"name": "gb200-nvl72", "scale_up_domain": 8}, 2048, tp=8, pp=16, ep=8, zero=1,
                      sequence_parallel=True)
     rack = _predict("moe-1.8t", "gb200-nvl72", 2048, tp=8, pp=16, ep=8, zero=1, sequence_parallel=True)
-    assert rack.breakdown["ep_comm"] < small.breakdown["ep_comm"] / 5
+    # the all-gather / reduce-scatter over the 8 expert-tensor-parallel ranks is inside NVLink in both: what
+    # ep = 1 leaves of ep_comm; the all-to-all is what the domain changes
+    gather = _predict("moe-1.8t", "gb200-nvl72", 2048, tp=8, pp=16, ep=1, zero=1,
+                      sequence_parallel=True).breakdown["ep_comm"]
+    assert 0.0 < gather < rack.breakdown["ep_comm"]
+    assert rack.breakdown["ep_comm"] - gather < (small.breakdown["ep_comm"] - gather) / 5
     assert rack.breakdown["compute"] == pytest.approx(small.breakdown["compute"], rel=1e-9)
     assert rack.mfu > small.mfu
 

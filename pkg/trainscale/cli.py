@@ -81,6 +81,7 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "precision": ("-", "number format of the linear layers' GEMMs: bf16, fp8, mxfp8, nvfp4"),
     "fp8_recipe": ("-", "scaling recipe of a low-precision format (blank: the format's first)"),
     "custom_pipeline_layout": ("true/false", "the run gives its own assignment of layers to pipeline chunks"),
+    "moe_imbalance": ("ratio", "routed tokens of the busiest expert-parallel rank over the mean (1: balanced)"),
 }
 
 

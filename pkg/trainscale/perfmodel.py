@@ -198,6 +198,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_LINEAR_SPEEDUP] = 1.0  # bf16; a plan's precision: plan_calibration_vector
     vec[K.C_STRAGGLER_SPREAD] = params["straggler_spread"]
     vec[K.C_PIPE_PARTITIONED] = 1.0 if stack_fixed.get("pipe_partitioned_gathers", {}).get("value", False) else 0.0
+    vec[K.C_MOE_IMBALANCE] = 1.0  # balanced experts; a plan's moe_imbalance: plan_calibration_vector
     return vec
 
 
@@ -236,11 +237,12 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
                             calibration: Mapping[str, float] | None = None) -> np.ndarray:
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
     own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``,
-    ``tp_async_backward``, ``precision`` and ``fp8_recipe``, ``custom_pipeline_layout``)."""
+    ``tp_async_backward``, ``precision`` and ``fp8_recipe``, ``custom_pipeline_layout``, ``moe_imbalance``)."""
     vec = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
     if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
         vec[K.C_EVEN_SPLIT] = 0.0
+    vec[K.C_MOE_IMBALANCE] = plan.moe_imbalance
     if plan.precision != "bf16":
         rho = calibration_parameters(system.generation, calibration, plan.stack)["lowp_gemm_efficiency"]
         precision_slots(vec, system, plan.precision, plan.recipe, rho)
@@ -403,10 +405,10 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     busiest = float(free.busy_s[0].max())
 
     closed_busy = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + (
-        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) + out[K.O_EP_COMM]
+        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) + out[K.O_EP_COMM] + out[K.O_MOE_PERMUTE]
     scale = busiest / closed_busy
-    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM, K.O_TP_COMM_TOTAL,
-                 K.O_CP_COMM_TOTAL):
+    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM, K.O_MOE_PERMUTE,
+                 K.O_TP_COMM_TOTAL, K.O_CP_COMM_TOTAL):
         out[slot] *= scale
     dp_exposed = (out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) * scale + out[K.O_DP_EXPOSED]
     out[K.O_DP_COMM_TOTAL] += dp_exposed - out[K.O_DP_COMM]  # what overlap hides is unchanged
@@ -428,7 +430,7 @@ def _prediction(run_id: str, out: np.ndarray, model: ModelSpec, system: SystemSp
     step = float(out[K.O_STEP])
     tokens = global_batch * model.seq_len
     reason_code = int(out[K.O_REASON])
-    names = K.BREAKDOWN_MOE if model.is_moe else K.BREAKDOWN  # ep_comm only where there are experts
+    names = K.BREAKDOWN_MOE if model.is_moe else K.BREAKDOWN  # the MoE terms only where there are experts
     breakdown = {name: float(out[slot]) for name, slot in zip(names, K.BREAKDOWN_SLOTS)}
     peak = system.peak_flops_bf16
     return Prediction(
@@ -544,16 +546,21 @@ def layer_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] 
     """Seconds of one transformer layer's forward and backward pass (the backward with its
     recomputation) for one micro-batch of ``plan`` on one GPU, and their parts: ``gemm``,
     ``elementwise`` (memory-bound kernels and host idle), ``tp_comm`` (exposed), ``recompute``
-    (compute and its exposed TP communication). The same layer :func:`predict` prices; what
+    (compute and its exposed TP communication); for a mixture of experts also ``ep_comm`` (dispatch and
+    combine) and ``moe_permute`` (router scores and token permutation). The same layer :func:`predict` prices; what
     Korthikanti et al. 2022 measured per layer (their Table 4)."""
     model, system = resolve_model(model), resolve_system(system)
     plan.check_against(model)
     lc = _layer_costs(model, system, plan, plan_calibration_vector(system, plan, calibration))
     fwd, bwd = layer_fwd_bwd(lc)
-    return {"fwd_s": fwd, "bwd_s": bwd,
-            "fwd_gemm_s": lc[K.L_FWD_GEMM], "fwd_elementwise_s": lc[K.L_FWD_ELEM], "fwd_tp_comm_s": lc[K.L_FWD_TP],
-            "bwd_gemm_s": lc[K.L_BWD_GEMM], "bwd_elementwise_s": lc[K.L_BWD_ELEM], "bwd_tp_comm_s": lc[K.L_BWD_TP],
-            "recompute_s": lc[K.L_RECOMP], "recompute_tp_comm_s": lc[K.L_RECOMP_TP]}
+    times = {"fwd_s": fwd, "bwd_s": bwd,
+             "fwd_gemm_s": lc[K.L_FWD_GEMM], "fwd_elementwise_s": lc[K.L_FWD_ELEM], "fwd_tp_comm_s": lc[K.L_FWD_TP],
+             "bwd_gemm_s": lc[K.L_BWD_GEMM], "bwd_elementwise_s": lc[K.L_BWD_ELEM], "bwd_tp_comm_s": lc[K.L_BWD_TP],
+             "recompute_s": lc[K.L_RECOMP], "recompute_tp_comm_s": lc[K.L_RECOMP_TP]}
+    if model.is_moe:  # dispatch and combine, router and permutation (a leading dense layer's mixed in)
+        times.update({"fwd_ep_comm_s": lc[K.L_FWD_EP], "bwd_ep_comm_s": lc[K.L_BWD_EP],
+                      "fwd_moe_permute_s": lc[K.L_FWD_MOE], "bwd_moe_permute_s": lc[K.L_BWD_MOE]})
+    return times
 
 
 def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] | None = None) -> dict:
@@ -696,7 +703,7 @@ def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list
         "reason": var(reason, "1", "why masked: index into the attribute reasons"),
     }
     for name, slot in zip(K.BREAKDOWN_MOE, K.BREAKDOWN_SLOTS):
-        if name == "ep_comm" and not model.is_moe:
+        if name in K.MOE_BREAKDOWN and not model.is_moe:
             continue
         data[f"time_{name}_s"] = var(res[..., slot], "s", f"step time: {name.replace('_', ' ')}")
     ds = xr.Dataset(data, coords=coords)

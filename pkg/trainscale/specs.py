@@ -680,6 +680,12 @@ class PlanSpec:
     precision: str = "bf16"
     fp8_recipe: str = ""  # "": the precision's first recipe
     custom_pipeline_layout: bool = False
+    moe_imbalance: float = 1.0
+    """Tokens the busiest expert-parallel rank's experts receive over the mean (>= 1): the expert GEMMs,
+    the dispatch and combine and the permutation wait for that rank. 1 (the default): balanced routing, as
+    a run with forced balancing (Megatron-Core's ``--moe-router-force-load-balancing``, the Megatron-Bridge
+    performance tables) or a dropless run at capacity factor 1 has; aux-loss-balanced training runs above
+    it. Not fitted: give the measured value where a run reports one."""
 
     @property
     def expert_tp(self) -> int:
@@ -744,6 +750,7 @@ class PlanSpec:
             etp=_int(d, "etp", where, 0, minimum=0),
             precision=_choice(d, "precision", where, "bf16", PRECISIONS),
             custom_pipeline_layout=_bool(d, "custom_pipeline_layout", where, False),
+            moe_imbalance=_float(d, "moe_imbalance", where, 1.0, minimum=1.0),
         )
         recipe = d.get("fp8_recipe") or ""
         if recipe:

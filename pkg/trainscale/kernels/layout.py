@@ -82,7 +82,8 @@ C_WEIGHT_CAST_BYTES = 29  # per plan: HBM bytes per parameter to quantize the we
 C_LP_WEIGHT_BYTES = 30  # per plan: bytes per parameter of the low-precision weight copies held beside the 16-bit weights
 C_STRAGGLER_SPREAD = 31  # fitted, common: relative spread of per-rank step times (kernels.scale.straggler_time_s)
 C_PIPE_PARTITIONED = 32  # per stack: 1 where the pipeline engine sends 1/tp of each boundary tensor and all-gathers it over the tp ranks on receipt (DeepSpeed)
-C_SIZE = 33
+C_MOE_IMBALANCE = 33  # per plan: the busiest expert-parallel rank's routed tokens over the mean (plan.moe_imbalance; 1: balanced)
+C_SIZE = 34
 
 # recomputation modes
 RC_NONE = 0
@@ -113,7 +114,9 @@ L_BWD_EP = 19  # the same in the backward pass, with the recomputed forward's
 L_TP_TOTAL = 20  # tensor-parallel communication fwd + bwd + recompute, before any overlap
 L_CP_TOTAL = 21  # context-parallel ring exchange fwd + bwd, before overlap with attention
 L_CP_FWD = 22  # the forward pass's share of L_CP
-L_SIZE = 23
+L_FWD_MOE = 23  # MoE router scores and token permutation (memory-bound), forward
+L_BWD_MOE = 24  # the same in the backward pass, with the recomputed forward's
+L_SIZE = 25
 
 # plan-result vector
 O_STEP = 0
@@ -155,16 +158,20 @@ O_TP_COMM_TOTAL = 32
 O_CP_COMM_TOTAL = 33
 O_DP_COMM_TOTAL = 34
 O_STRAGGLER = 35  # per step: expected wait for the slowest of the synchronising ranks (kernels.scale)
-O_SIZE = 36
+O_MOE_PERMUTE = 36  # per step: MoE router scores and token permutation on the critical stage
+O_SIZE = 37
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "transient", "buffers", "reserved")
 MEMORY_SLOTS = (25, 26, 27, 28, 29, 30, 31)
 
 BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_bubble", "dp_comm",
              "optimizer", "straggler")
-# the slot of each breakdown entry; ``ep_comm`` (mixture of experts) comes last
-BREAKDOWN_MOE = BREAKDOWN + ("ep_comm",)
-BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24)
+# the slot of each breakdown entry; the mixture-of-experts terms come last: ``ep_comm`` (token dispatch and
+# combine: the all-to-alls over the ep ranks, and the gathers over the etp ranks), ``moe_permute`` (router
+# scores, permutation and un-permutation of the token copies)
+BREAKDOWN_MOE = BREAKDOWN + ("ep_comm", "moe_permute")
+MOE_BREAKDOWN = ("ep_comm", "moe_permute")
+BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24, 36)
 
 # reasons a plan is masked (0 = valid and fits)
 REASONS = (

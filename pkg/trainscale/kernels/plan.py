@@ -34,10 +34,13 @@ Mixture of experts (``E`` experts of FFN width ``f`` per layer, top-``k`` routin
 DeepSpeed-MoE): the FFN of every layer is replaced by ``E`` experts and a router (``h x E``).
 A token is processed by ``k`` experts, so the model FLOPs of the FFN are ``k`` times the dense
 one's plus the router's ``2bshE``; the GEMM time is that of ``E/ep`` local experts each given
-``c k m ep / E`` of the ``m`` tokens per GPU (capacity padding is work, not model FLOPs).
+``c k m ep / E`` of the ``m`` tokens per GPU (capacity padding is work, not model FLOPs), times the
+busiest rank's load imbalance (``plan.moe_imbalance``, 1 by default).
 Tokens reach their experts and come back by two all-to-alls per pass (dispatch, combine) over the
-``ep`` ranks, each GPU sending ``c k m h`` 16-bit values split over its ``tp`` ranks
-(:func:`~trainscale.kernels.collectives.alltoall_time`), not overlapped. Expert weights,
+``ep`` ranks, each GPU sending ``c k m h`` 16-bit values split over its ``tp`` ranks, and with expert
+tensor parallelism an all-gather and a reduce-scatter over the ``etp`` ranks (:func:`moe_dispatch_time`),
+not overlapped; the router's top-k and the permutations around them are memory-bound
+(:func:`moe_permute_time`). Expert weights,
 gradients and optimizer states are divided by ``tp x ep``; their gradients are reduced over the
 ``dp / ep`` (x ``cp``) expert-data-parallel ranks, ``tp x ep`` apart. A dense model (``E <= 1``)
 takes exactly the dense path.
@@ -58,11 +61,11 @@ from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bou
 from .layout import (
     C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
     C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_LINEAR_SPEEDUP, C_CAST_BYTES, C_WEIGHT_CAST_BYTES, C_LP_WEIGHT_BYTES,
-    C_STRAGGLER_SPREAD, C_PIPE_PARTITIONED,
+    C_STRAGGLER_SPREAD, C_PIPE_PARTITIONED, C_MOE_IMBALANCE,
     M_HEAD_DIM, M_SHARED_FFN, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_TP_ASYNC_BWD, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
-    L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD,
+    L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD, L_FWD_MOE, L_BWD_MOE,
     M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
     M_ROTARY, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_TOP_K, M_VOCAB,
     O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_EP_COMM, O_GEMM_BUSY,
@@ -70,7 +73,7 @@ from .layout import (
     O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
     O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
     O_MEM_WEIGHTS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_ACTIVATIONS, O_MEM_TRANSIENT, O_MEM_BUFFERS, O_MEM_RESERVED,
-    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL, O_STRAGGLER,
+    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL, O_STRAGGLER, O_MOE_PERMUTE,
     R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV, R_UNEVEN_CHUNKS,
     RC_FULL, RC_SELECTIVE,
     S_HBM_BW, S_HBM_BYTES, S_HOP_LAT, S_IDLE_W, S_LEAF_GPUS, S_OVERSUB, S_PEAK_FLOPS, S_SCALE_OUT_BW,
@@ -259,6 +262,81 @@ def cast_time(elements, kernels, hbm_bw, calib):
     return memory_bound_time(calib[C_CAST_BYTES] * elements, kernels, hbm_bw, calib)
 
 
+# MoE router and permutation HBM bytes (Megatron-Core's fused router and permute kernels, 16-bit tokens):
+# the router's top-k over fp32 scores reads the logits and writes the probabilities and the routing map
+# (4 + 4 + 1 bytes per score element); its backward reads the probabilities and their gradient and
+# writes the logits' gradient (4 + 4 + 4)
+ROUTER_SCORE_BYTES = (9.0, 12.0)
+
+
+@njit(cache=True)
+def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance):
+    r"""Seconds of one pass's token dispatch and combine on one GPU (Megatron-Core's ``alltoall`` token
+    dispatcher, MoEAlltoAllTokenDispatcher).
+
+    Each of the ``t`` tensor-parallel ranks holds ``m / t`` of the micro-batch's ``m`` tokens (Megatron
+    runs MoE with tensor parallelism only under sequence parallelism) and sends their ``r = c k m``
+    routed copies (capacity ``c``, top-``k``), 16-bit, ``h`` wide, to the ranks of their experts: one
+    all-to-all over the ``ep`` ranks (:func:`~trainscale.kernels.collectives.alltoall_time`, the
+    NVLink share inside the scale-up domain and the rest through the NIC at once), then, with expert
+    tensor parallelism ``e_t > 1``, an all-gather of the received copies over the ``e_t`` ranks of each
+    expert shard. The combine runs both backwards (reduce-scatter, all-to-all), the same bytes. The
+    expert ranks are laid out as Megatron-Core's expert rank generator does (``etp`` innermost, then
+    ``ep``): the ``ep`` ranks are ``e_t`` apart, the ``e_t`` ranks adjacent. The busiest rank receives
+    ``\iota`` times the mean (``imbalance``, :data:`~trainscale.kernels.layout.C_MOE_IMBALANCE`), and
+    the collective ends when it does:
+
+    .. math:: t = 2\left[T_\mathrm{a2a}\!\left(\frac{2 r h \iota}{t}, ep\right)
+              + T_\mathrm{ag}\!\left(\frac{2 r h \iota\, e_t}{t}, e_t\right)\right]
+
+    0 with ``ep = 1`` and ``e_t = 1`` (every expert local, nothing to gather)."""
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    eff = calib[C_NET_EFF]
+    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
+    sent = BYTES * routed * h * imbalance / tp
+    a2a = 0.0
+    if ep > 1:
+        bw_a, lat_a = out_link(system, ep, et)
+        a2a = alltoall_time(sent, ep, et, domain, bw_up, lat_up, bw_a, lat_a, eff)
+    gather = 0.0
+    if et > 1:
+        bw_g, lat_g = out_link(system, et, 1)
+        gather = allgather_time(sent * et, et, 1, domain, bw_up, lat_up, bw_g, lat_g, eff)
+    return 2.0 * (a2a + gather)
+
+
+@njit(cache=True)
+def moe_permute_time(routed, m, h, experts, local, tp, et, imbalance, hbm_bw, calib):
+    r"""(forward, backward) seconds of a MoE layer's router scores and token permutation on one GPU:
+    memory-bound kernels priced by their HBM bytes (:func:`~trainscale.kernels.compute.memory_bound_time`).
+
+    With ``r = c k m`` routed copies of the micro-batch's ``m`` tokens, ``h`` wide in 16 bits, this
+    GPU's ``1/t`` share of them (sequence parallel), ``E`` experts of which ``E_l`` are local, and the
+    busiest rank receiving ``\iota`` times the mean:
+
+    * router: top-``k`` of the fp32 scores of its ``m E / t`` token-expert pairs, :data:`ROUTER_SCORE_BYTES`
+      per pair (forward 9, backward 12);
+    * permute: gather each token's ``k`` copies into expert order (read and write ``r / t`` rows);
+      un-permute: read the copies back and write the ``m / t`` weighted sums (``r / t + m / t`` rows);
+    * with ``E_l > 1`` local experts, the received copies (``\iota r e_t / t`` after the expert-tensor
+      gather) sorted by expert before the expert GEMMs and back after them (read and write, twice).
+
+    .. math:: B_\mathrm{fwd} = 2h\left[\frac{3r + m}{t} + [E_l > 1]\,\frac{4 \iota r e_t}{t}\right]
+              + 9\,\frac{mE}{t}
+
+    The backward applies the inverse permutations (the same rows) and reads the copies once more for
+    the gradient of the routing probabilities (``+ 2 h r / t``), and the router's backward moves 12 bytes
+    per pair. Kernels: router, permute, un-permute, and the two sorts where ``E_l > 1``."""
+    sort = 4.0 * imbalance * routed * et / tp if local > 1 else 0.0
+    rows_fwd = (3.0 * routed + m) / tp + sort
+    rows_bwd = rows_fwd + routed / tp
+    pairs = m * experts / tp
+    kernels = 5.0 if local > 1 else 3.0
+    fwd = memory_bound_time(BYTES * h * rows_fwd + ROUTER_SCORE_BYTES[0] * pairs, kernels, hbm_bw, calib)
+    bwd = memory_bound_time(BYTES * h * rows_bwd + ROUTER_SCORE_BYTES[1] * pairs, kernels, hbm_bw, calib)
+    return fwd, bwd
+
+
 @njit(cache=True)
 def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False, etp=0):
     """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
@@ -268,7 +346,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 
     Experts under ``etp`` (Megatron-Core's expert tensor parallelism): the ``ep x etp`` GPUs of an expert
     group hold the routed copies of ``ep etp / tp`` tensor-parallel groups' tokens, so each local expert
-    GEMM has ``c k m (etp / tp) ep / E`` rows of width ``f / etp`` (the same FLOPs per GPU as ``etp = tp``)."""
+    GEMM has ``c k m (etp / tp) ep / E`` rows of width ``f / etp`` (the same FLOPs per GPU as ``etp = tp``),
+    times the busiest rank's imbalance ``calib[C_MOE_IMBALANCE]`` (the step waits for that rank). The
+    router runs on this GPU's ``m / t`` tokens (sequence parallel). Dispatch and combine:
+    :func:`moe_dispatch_time`; router scores and permutation: :func:`moe_permute_time`."""
     h = model[M_HIDDEN]
     a = model[M_HEADS]
     f = model[M_FFN]
@@ -313,15 +394,18 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, lin, hbm, sms, calib)
     experts = int(model[M_EXPERTS])
     moe = experts > 1
-    routed = 0.0  # token copies this GPU's experts process (mixture of experts)
+    routed = 0.0  # token copies of the micro-batch's tokens (mixture of experts)
+    received = 0.0  # the copies the busiest rank's experts process: routed x the imbalance
+    local = 1
     if moe:  # E/ep local experts, each a batch of c k m ep / E tokens, and the router
         routed = model[M_CAPACITY] * model[M_TOP_K] * m
+        received = routed * calib[C_MOE_IMBALANCE]
         local = experts // ep if experts >= ep else 1
         iet = int(et)
-        rows = int(math.ceil(routed / local)) if iet == itp else int(math.ceil(routed * (et / t) / local))
+        rows = int(math.ceil(received / local)) if iet == itp else int(math.ceil(received * (et / t) / local))
         f_up, b_up = gemm_fwd_bwd_time(rows, (int(nf) - 1) * if_ // iet, ih, local, lin, hbm, sms, calib)
         f_dn, b_dn = gemm_fwd_bwd_time(rows, ih, if_ // iet, local, lin, hbm, sms, calib)
-        f_rt, b_rt = gemm_fwd_bwd_time(im, experts, ih, 1, peak, hbm, sms, calib)
+        f_rt, b_rt = gemm_fwd_bwd_time(im // itp, experts, ih, 1, peak, hbm, sms, calib)
         f_up += f_rt
         b_up += b_rt
         if model[M_SHARED_FFN] > 0.0:  # shared experts: a dense FFN every token passes, tp-sharded
@@ -342,8 +426,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     replicated = 1.0 / t if sp else 1.0
     norm_drop_res = NORM_DROPOUT_RESIDUAL_BYTES * m * h * replicated
     activation_fn = (2.0 * nf) * m * f / t
-    if moe:  # every routed copy goes through its expert's activation, plus permute / unpermute
-        activation_fn = (2.0 * nf) * routed * f / t + 8.0 * routed * h / t
+    if moe:  # every copy the experts receive goes through its expert's activation (permute: moe_permute_time)
+        activation_fn = (2.0 * nf) * received * f / t
         if model[M_SHARED_FFN] > 0.0:
             activation_fn += (2.0 * nf) * m * model[M_SHARED_FFN] / t
     chains = norm_drop_res + activation_fn  # the backward moves twice as much
@@ -370,7 +454,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
     if calib[C_CAST_BYTES] > 0.0:  # low precision: quantize the inputs of the four linear layers (forward)
         # and their output gradients (backward), this GPU's share; the experts' inputs per routed copy
-        ffn_in = m * (h + f) / t if not moe else routed * (h + f) / t + m * (h + model[M_SHARED_FFN]) / t
+        ffn_in = m * (h + f) / t if not moe else received * (h + f) / t + m * (h + model[M_SHARED_FFN]) / t
         cast_fwd = cast_time(m * (h + qw) / t + ffn_in, 4.0, hbm, calib)
         fwd_elem += cast_fwd
         bwd_elem += cast_fwd
@@ -400,14 +484,18 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     tp_fwd += layout_copies
     tp_bwd += layout_copies
 
-    # expert parallelism: dispatch and combine all-to-alls over the ep ranks (tp*cp apart)
+    # expert parallelism: dispatch and combine (all-to-alls over the ep ranks, gathers over the etp ranks),
+    # and the router scores and token permutation around them
     ep_fwd = 0.0
     ep_bwd = 0.0
-    if moe and ep > 1:
-        bw_a, lat_a = out_link(system, ep, itp * cp)
-        a2a = alltoall_time(BYTES * routed * h / t, ep, itp * cp, domain, bw_up, lat_up, bw_a, lat_a, eff)
-        ep_fwd = 2.0 * a2a
-        ep_bwd = 2.0 * a2a + (2.0 * a2a if rc == RC_FULL else 0.0)
+    moe_fwd = 0.0
+    moe_bwd = 0.0
+    if moe:
+        dispatch = moe_dispatch_time(system, calib, routed, h, t, et, ep, calib[C_MOE_IMBALANCE])
+        ep_fwd = dispatch
+        ep_bwd = dispatch + (dispatch if rc == RC_FULL else 0.0)
+        moe_fwd, moe_bwd = moe_permute_time(routed, m, h, experts, local, t, et, calib[C_MOE_IMBALANCE], hbm,
+                                            calib)
 
     # recomputation in the backward pass: the share of the forward's weight GEMMs, element-wise work
     # and TP collectives it repeats (full: all; selective: Megatron's attention core only, a stack's
@@ -422,6 +510,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
             recomp += f_sc + f_av + attn_elem
     else:
         recomp = 0.0
+    moe_bwd += recomputed * moe_fwd  # the recomputed share of the forward's permutation
 
     # context parallelism: ring attention passes K and V around the cp ranks (and their
     # gradients backward), hidden behind the attention core where it can be
@@ -440,8 +529,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # activation memory (Korthikanti et al. 2022), per token in units of h bytes
     attn_act = 7.0 + 4.0 * kv / h
     mlp_act = 3.0 + 2.0 * nf * f / h
-    if moe:  # the FFN activations of every routed copy, and the dispatched copies themselves
-        mlp_act = 3.0 + model[M_CAPACITY] * model[M_TOP_K] * (2.0 * nf * f / h + 2.0)
+    if moe:  # the FFN activations of every copy the busiest rank receives, and the dispatched copies themselves
+        mlp_act = 3.0 + model[M_CAPACITY] * model[M_TOP_K] * calib[C_MOE_IMBALANCE] * (2.0 * nf * f / h + 2.0)
     per_token = 4.0 + attn_act + mlp_act  # 34 for GPT
     if sp:
         dense = per_token * m * h / t
@@ -490,10 +579,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # backward issues twice the forward's kernels, and the recomputed forward's too); what the GPU
     # work does not cover is idle time, counted with the element-wise work (not as HBM traffic)
     host = calib[C_LAYER_HOST_S]
-    fwd_idle = max(0.0, host - (fwd_gemm + fwd_elem + tp_fwd + ep_fwd + cp_fwd))
+    fwd_idle = max(0.0, host - (fwd_gemm + fwd_elem + tp_fwd + ep_fwd + cp_fwd + moe_fwd))
     bwd_host = (3.0 if rc == RC_FULL else 2.0) * host
     bwd_idle = max(0.0, bwd_host - (bwd_gemm + bwd_elem + tp_bwd + ep_bwd + recomp + recomp_tp
-                                    + cp_exposed - cp_fwd))
+                                    + cp_exposed - cp_fwd + moe_bwd))
 
     out[L_FWD_GEMM] = fwd_gemm
     out[L_FWD_ELEM] = fwd_elem + fwd_idle
@@ -512,9 +601,11 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_FLOPS_FWD] = flops_fwd
     out[L_FLOPS_RECOMP] = flops_recomp
     out[L_FLOPS_HEAD] = 2.0 * tokens * h * vocab
-    out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0)
+    out[L_HBM_TIME] = fwd_elem + bwd_elem + (fwd_elem if rc == RC_FULL else 0.0) + moe_fwd + moe_bwd
     out[L_FWD_EP] = ep_fwd
     out[L_BWD_EP] = ep_bwd
+    out[L_FWD_MOE] = moe_fwd
+    out[L_BWD_MOE] = moe_bwd
     # traffic before overlap: forward, backward (Megatron's and Transformer Engine's sequence-parallel
     # backward re-gathers each column-parallel input: half a pass more), recomputed share
     regather = 0.5 if (sp and itp > 1 and calib[C_TP_ASYNC_BWD] > 0.0) else 0.0
@@ -527,9 +618,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 def layer_fwd_bwd(lc):
     """(forward, backward) seconds of one layer and micro-batch from its costs ``lc``: the backward
     includes the recomputation and its tensor-parallel communication (and, for a mixture of
-    experts, each pass its all-to-alls)."""
-    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP]
-    bwd = lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP] + lc[L_BWD_EP]
+    experts, each pass its dispatch and combine and its router and permutation)."""
+    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + lc[L_FWD_MOE]
+    bwd = (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP] + lc[L_BWD_EP]
+           + lc[L_BWD_MOE])
     return fwd, bwd
 
 
@@ -1118,6 +1210,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     tp_l = lc[L_FWD_TP] + lc[L_BWD_TP] + lc[L_RECOMP_TP]
     cp_l = lc[L_CP]
     ep_l = lc[L_FWD_EP] + lc[L_BWD_EP]
+    moe_l = lc[L_FWD_MOE] + lc[L_BWD_MOE]
 
     # ZeRO-3: one gather in the forward; the other gathers (the recomputed forward's too) and the
     # reduce-scatter in the backward. Prefetching hides each pass's collectives behind its own work.
@@ -1143,7 +1236,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
             z3_fwd = overlapped_exposed(z3_fwd_comm, fwd_l + lc[L_CP_FWD], slow)
             z3_bwd = overlapped_exposed(z3_bwd_comm, bwd_l + cp_l - lc[L_CP_FWD], slow)
     z3_l = z3_fwd + z3_bwd
-    per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l
+    per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l + moe_l
 
     # pipeline stages
     l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
@@ -1202,8 +1295,8 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     if overlap:  # the reduction behind the last micro-batch's backward, the weight all-gather behind
         # the next step's first forward (Megatron-Core's overlapped grad reduce and param gather)
         backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
-                             + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_bwd)
-        forward = l_crit * (lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + z3_fwd)
+                             + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_bwd + lc[L_BWD_MOE])
+        forward = l_crit * (lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + z3_fwd + lc[L_FWD_MOE])
         dp_exposed = (overlapped_exposed(dp_reduce, backward, calib[C_OVERLAP_SLOWDOWN])
                       + overlapped_exposed(dp_gather, forward, calib[C_OVERLAP_SLOWDOWN]))
 
@@ -1229,6 +1322,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_DP_COMM] = micro * (l_crit * z3_l + z3_ends) + dp_exposed
     out[O_OPTIMIZER] = optimizer
     out[O_EP_COMM] = micro * l_crit * ep_l
+    out[O_MOE_PERMUTE] = micro * l_crit * moe_l
     out[O_TP_COMM_TOTAL] = micro * l_crit * lc[L_TP_TOTAL]
     out[O_CP_COMM_TOTAL] = micro * l_crit * lc[L_CP_TOTAL]
     out[O_DP_COMM_TOTAL] = micro * (l_crit * z3_total_l + z3_ends) + dp_time

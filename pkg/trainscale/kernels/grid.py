@@ -128,8 +128,9 @@ def layout_reason(model, gpus, global_batch, tp, pp, cp, v, mb, even_split, ends
     ``R_OK``; dp 0 if invalid."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
-    reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, 0, 1, even_split,
-                               0, 0, ends if pp > 1 else 0)
+    none, one = np.int64(0), np.int64(1)  # not literals: one compiled structural_reason for every caller
+    reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, none, one,
+                               even_split, none, none, ends if pp > 1 else 0, none)
     if dp == 0 and reason == R_OK:
         reason = R_GPUS
     return reason, (dp if reason == R_OK else 0)
@@ -159,6 +160,7 @@ def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_
     the knobs other than ``shard_group`` and ``ep`` (the only knobs :func:`plan_reason` reads):
     ``counts[n_reasons]``."""
     counts = np.zeros(n_reasons, dtype=np.int64)
+    none = np.int64(0)  # not a literal: one compiled structural_reason for every caller
     for n in range(layouts.shape[0]):
         tp, pp, cp, v, mb = layouts[n, 0], layouts[n, 1], layouts[n, 2], layouts[n, 3], layouts[n, 4]
         ways = tp * pp * cp
@@ -166,7 +168,8 @@ def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_
         for i_shard in range(shard_v.shape[0]):
             for i_ep in range(ep_v.shape[0]):
                 reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch,
-                                           shard_v[i_shard], ep_v[i_ep], even_split, 0, 0, ends if pp > 1 else 0)
+                                           shard_v[i_shard], ep_v[i_ep], even_split, none, none,
+                                           ends if pp > 1 else 0, none)
                 counts[reason if reason != R_OK else R_GPUS] += 1
     return counts
 
@@ -179,6 +182,7 @@ def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_
     n_rc, n_sp, n_fl, n_tpo, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
     per_key = n_rc * n_sp * n_fl * n_tpo * n_ep
     table = np.empty((keys.shape[0] * per_key, L_SIZE))
+    etp = np.int64(0)  # not omitted: the same compiled layer_costs as predict's
     for j in range(table.shape[0]):
         i_ep = j % n_ep
         i_tpo = (j // n_ep) % n_tpo
@@ -187,7 +191,7 @@ def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_
         i_rc = (j // (n_ep * n_tpo * n_fl * n_sp)) % n_rc
         k = j // per_key
         layer_costs(model, system, calib, keys[k, 0], keys[k, 1], keys[k, 2], rc_v[i_rc], sp_v[i_sp] != 0,
-                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0)
+                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0, etp)
     return table
 
 
@@ -319,9 +323,7 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
     top_m = np.empty(k)
     n_top = 0
     out = np.empty(O_SIZE)
-    first = 0
-    last = 0
-    etp = 0
+    first = last = etp = np.int64(0)  # not literals: the same compiled plan_memory / plan_time as predict's
     for b in range(chunk, n_blocks, n_chunks):
         i_zero = b % n_zero
         i_sp = (b // n_zero) % n_sp

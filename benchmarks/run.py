@@ -18,6 +18,8 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
   the time includes interpreter start, imports and JIT compilation (``search_gpt3_4096_s``), then in another
   fresh process with the cache the first one filled (``search_gpt3_4096_warm_cache_s``: a new shell after
   ``make setup``).
+* lean search (issue 38 item 5): :func:`search_lean_section` (warm in the process, the whole command warm and from
+  an empty cache, peak memory at 11.3 million plans, plans per second, and the one pass against the brute force).
 * validation: MAPE and worst error on the published runs.
 * pipeline: 2,000 random non-uniform pipelines (p=8, m=64) each for 1F1B and interleaved (v=2)
   through ``pipeline.simulate_many``, in simulated F/B/W operations per second; a sample of 20 of
@@ -126,6 +128,86 @@ grid, ranked = perfmodel.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(
 elapsed = time.perf_counter() - start
 print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best": ranked[0] if ranked else None}))
 """
+
+
+# the search command with its space replaced (trainscale search takes only --fix / --search narrowings of the
+# default space): the whole command, interpreter start to the printed table, as a user runs it
+SEARCH_COMMAND = r"""
+import contextlib, io, json, resource, sys
+from trainscale import cli
+space = json.loads(sys.argv[1])
+cli.search_space = lambda *args, **kwargs: space
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = cli.main(["search", "--model", sys.argv[2], "--system", sys.argv[3], "--gpus", sys.argv[4],
+                     "--global-batch", sys.argv[5], "--top", "5"])
+assert code == 0 and "rank" in out.getvalue(), out.getvalue()[-2000:]
+print(json.dumps({"max_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def lean_space(model, system) -> dict:
+    """The lean search's benchmark space (issue 38 item 5): :func:`dense_space` without TP communication overlap,
+    5.6 million plans (1.6 million of them priced)."""
+    return dict(dense_space(model, system), tp_comm_overlap=[0])
+
+
+def search_lean_section(failures: list) -> None:
+    """The search in one pass (issue 38 item 5; targets on 2 cores in brackets): ``perfmodel.search`` over the
+    5.6-million-plan :func:`lean_space` warm in the process (best of 3, <= 1.0 s) and as the whole ``trainscale
+    search`` command in a fresh process with the Numba cache warm (best of 3, <= 1.8 s) and empty (a temporary
+    cache, removed after; <= 10 s); the peak resident memory of the command over the 11.3-million-plan
+    :func:`dense_space` (<= 300 MB); and ``search_topk_equals_bruteforce``: the one pass's counts and first
+    5,000 candidates (its kept 2,048 and two refills) equal to pricing every plan and ranking them all
+    (``searchspace.price_space``), else a failure."""
+    from trainscale import searchspace
+
+    model, system = resolve_model(MODEL), resolve_system(SYSTEM)
+    space = lean_space(model, system)
+    perfmodel.search(model, system, GPUS, GLOBAL_BATCH, top=5, space=space)  # compile / load the cache
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        summary, _ = perfmodel.search(model, system, GPUS, GLOBAL_BATCH, top=5, space=space)
+        best = min(best, time.perf_counter() - t0)
+    bench("search_plans", summary.attrs["space_size"], "plans")
+    bench("search_warm_in_process_s", best, "s")
+    bench("search_plans_per_s", summary.attrs["space_size"] / best, "plans/s")
+
+    def command(search_space: dict, env: dict) -> tuple[float, dict]:
+        args = [sys.executable, "-c", SEARCH_COMMAND, json.dumps(search_space), MODEL, SYSTEM, str(GPUS),
+                str(GLOBAL_BATCH)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            failures.append("search command failed")
+            return math.nan, {"max_rss_MB": math.nan}
+        return seconds, json.loads(proc.stdout.strip().splitlines()[-1])
+
+    command(space, dict(os.environ))  # fills the cache the warm runs load
+    bench("search_command_warm_s", min(command(space, dict(os.environ))[0] for _ in range(3)), "s")
+    with tempfile.TemporaryDirectory() as cache:
+        bench("search_command_empty_cache_s", command(space, dict(os.environ, NUMBA_CACHE_DIR=cache))[0], "s")
+    dense = dense_space(model, system)
+    bench("search_peak_rss_plans", searchspace.space_size(dense), "plans")
+    bench("search_peak_rss_MB", command(dense, dict(os.environ))[1]["max_rss_MB"], "MB")
+
+    calib = perfmodel.calibration_vector(system.generation)
+    kw = {"stack_rules": "megatron", "fixed": {"compiled": False}}
+    scan = searchspace.scan_space(model, system, calib, GPUS, GLOBAL_BATCH, space, **kw)
+    full = searchspace.price_space(model, system, calib, GPUS, GLOBAL_BATCH, space, **kw)
+    flat = full.feasible
+    brute = flat[np.lexsort((flat, full.step_s[flat]))][:5000]
+    first = [entry for _, entry in zip(range(brute.size), scan.ranked())]
+    equal = (np.array_equal(scan.plans_by_reason, full.plans_by_reason) and scan.plans_by_rule == full.plans_by_rule
+             and scan.plans_feasible == flat.size and brute.size > 2 * searchspace.CANDIDATES
+             and [e[0] for e in first] == brute.tolist() and [e[1] for e in first] == full.step_s[brute].tolist()
+             and [e[2] for e in first] == full.mem_bytes[brute].tolist())
+    bench("search_topk_equals_bruteforce", int(equal), "1")
+    if not equal:
+        print("the search's one pass and the brute-force rank of every plan disagree", file=sys.stderr)
+        failures.append("search top-k differs from the brute force")
 
 
 def dense_space(model, system) -> dict:
@@ -304,6 +386,7 @@ def main() -> int:
     bench("search_gpt3_4096_plans", found["plans"], "plans")
     if found["best"] is None:
         failures.append("search found no feasible plan")
+    search_lean_section(failures)
 
     # --- accuracy on the published runs
     ds = validation.validation_dataset()

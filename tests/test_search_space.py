@@ -160,3 +160,30 @@ def test_space_prints_the_space_and_its_size(capsys):
     size = perfmodel.grid_size(dict(perfmodel.default_space(resolve_model(GPT3), resolve_system(A100), 64, 1536),
                                     tp=[8]))
     assert f"space: {size:,} plans" in out
+
+
+@pytest.mark.parametrize("stack, threads, k", [("megatron", 1, 7), ("megatron", 2, 64), ("nemo", 3, 1000), (None, 2, 5)])
+def test_one_pass_scan_equals_the_brute_force_rank(stack, threads, k):
+    """The search's one pass (issue 38 item 5: counts and the k fastest feasible plans kept inside the kernel, per
+    thread, merged; nothing per plan) gives exactly what pricing every plan and ranking them all gives: the same
+    counts by reason and by stack rule, and the same plans in the same closed-form order, ties in the dense grid's
+    order, however many passes it takes to refill (``k`` small) and however many threads."""
+    model, system = resolve_model(GPT3), resolve_system(A100)
+    space = small_space()
+    calib = perfmodel.calibration_vector(system.generation, stack=stack or "megatron")
+    kw = {"stack_rules": stack, "fixed": {"compiled": False}}
+    full = searchspace.price_space(model, system, calib, 64, 1536, space, **kw)
+    scan = searchspace.scan_space(model, system, calib, 64, 1536, space, k=k, threads=threads, **kw)
+    assert np.array_equal(scan.plans_by_reason, full.plans_by_reason)
+    assert scan.plans_by_rule == full.plans_by_rule and (stack is None) == (not scan.plans_by_rule)
+    assert (scan.plans_priced, scan.plans_feasible) == (full.reason.size, full.feasible.size)
+    # brute force: every feasible plan, sorted by (closed-form step time, flat index)
+    flat = full.feasible
+    brute = flat[np.lexsort((flat, full.step_s[flat]))]
+    ranked = list(scan.ranked())
+    assert len(ranked) == brute.size > 3 * k
+    assert [r[0] for r in ranked] == brute.tolist()
+    assert [r[1] for r in ranked] == full.step_s[brute].tolist()
+    assert [r[2] for r in ranked] == full.mem_bytes[brute].tolist()
+    assert list(searchspace.distinct_plans(scan)) == list(searchspace.distinct_plans(full))
+    assert searchspace.space_summary(scan).identical(searchspace.space_summary(full))

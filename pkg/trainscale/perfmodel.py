@@ -798,7 +798,7 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     (``summary.attrs['plans_by_stack_rule']``) unless ``allow_unrunnable``.
     """
     from .confidence import plan_confidence
-    from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, price_space, space_summary
+    from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, scan_space, space_summary
 
     model = resolve_model(model)
     system = resolve_system(system)
@@ -808,8 +808,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
                                rotary_kernel, tp_async_backward)
     _check_split_ends(split_ends)
-    prices = price_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends,
-                         stack_rules=None if allow_unrunnable else stack, fixed={"compiled": bool(compiled)})
+    prices = scan_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends,
+                        stack_rules=None if allow_unrunnable else stack, fixed={"compiled": bool(compiled)})
     fixed = {"stack": stack, "allow_unrunnable": bool(allow_unrunnable), "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
              "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
              "recompute_share": recompute_share, "split_ends": int(split_ends)}

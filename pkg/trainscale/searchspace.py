@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from .kernels import layout as K
-from .kernels.grid import evaluate_layouts, invalid_plan_counts, layer_cost_table, layout_reasons
+from .kernels.grid import evaluate_layouts, invalid_plan_counts, layer_cost_table, layout_reasons, scan_layouts
 from .perfmodel import (BOOLEAN_AXES, EP_AXIS, GRID_AXES, GiB, _axis, canonical_plan, model_vector,
                         system_vector)
 from .specs import SpecError
@@ -50,20 +50,8 @@ def space_size(space: Mapping) -> int:
     return int(np.prod([len(v) for v in space_values(space).values()], dtype=np.int64))
 
 
-@dataclass
-class SpacePrices:
-    """A priced space: ``values`` (axis -> values), the valid ``layouts[n, 5]`` (values of ``LAYOUT_AXES``)
-    with their ``dp``, and per plan of those layouts (layout first, then the knob axes in C order)
-    ``step_s``, ``mem_bytes`` and ``reason``; ``plans_by_reason[r]`` counts the whole space's plans by reason."""
-
-    values: dict
-    layouts: np.ndarray
-    dp: np.ndarray
-    step_s: np.ndarray
-    mem_bytes: np.ndarray
-    reason: np.ndarray
-    plans_by_reason: np.ndarray
-    plans_by_rule: dict = field(default_factory=dict)
+class _Plans:
+    """Decoding of the flat index of a priced plan (layout first, then the knob axes in C order)."""
 
     @property
     def knob_axes(self) -> tuple:
@@ -76,10 +64,6 @@ class SpacePrices:
     @property
     def size(self) -> int:
         return int(self.plans_by_reason.sum())
-
-    @property
-    def feasible(self) -> np.ndarray:
-        return np.flatnonzero((self.reason == K.R_OK) & np.isfinite(self.step_s))
 
     def plan(self, index: int) -> dict:
         """The plan at flat index ``index`` of the priced plans, as :func:`trainscale.perfmodel.rank` gives it."""
@@ -95,45 +79,94 @@ class SpacePrices:
         return plan
 
 
+@dataclass
+class SpacePrices(_Plans):
+    """A priced space: ``values`` (axis -> values), the valid ``layouts[n, 5]`` (values of ``LAYOUT_AXES``)
+    with their ``dp``, and per plan of those layouts (layout first, then the knob axes in C order)
+    ``step_s``, ``mem_bytes`` and ``reason``; ``plans_by_reason[r]`` counts the whole space's plans by reason."""
+
+    values: dict
+    layouts: np.ndarray
+    dp: np.ndarray
+    step_s: np.ndarray
+    mem_bytes: np.ndarray
+    reason: np.ndarray
+    plans_by_reason: np.ndarray
+    plans_by_rule: dict = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> np.ndarray:
+        return np.flatnonzero((self.reason == K.R_OK) & np.isfinite(self.step_s))
+
+    @property
+    def plans_priced(self) -> int:
+        return int(self.reason.size)
+
+    @property
+    def plans_feasible(self) -> int:
+        return int(self.feasible.size)
+
+    def ranked(self) -> Iterator[tuple[int, float, float]]:
+        """``(flat index, step time, memory bytes)`` of the feasible plans, fastest first by the closed form
+        (ties in the dense grid's order)."""
+        flat = self.feasible
+        order = flat[np.argsort(self.step_s[flat], kind="stable")]
+        for index in order:
+            yield int(index), float(self.step_s[index]), float(self.mem_bytes[index])
+
+
 def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping,
                 split_ends: int = 0, stack_rules: str | None = None, fixed: Mapping | None = None) -> SpacePrices:
     """Price every structurally valid plan of ``space`` (resolved ``model``/``system``, calibration vector);
     ``split_ends`` the pipeline split of every pipelined plan (:func:`trainscale.kernels.plan.split_reason`).
     ``stack_rules`` (a stack name; None: none) masks the priced plans that stack does not run
     (:mod:`trainscale.stackrules`, reason ``R_STACK_RULE``; ``fixed``: the search-wide plan fields such as
-    ``compiled``), counted per rule in ``plans_by_rule``."""
-    values = space_values(space)
-    arrays = {name: _axis(vals, name) for name, vals in values.items()}
-    mvec, svec = model_vector(model), system_vector(system)
-    even_split = bool(calib[K.C_EVEN_SPLIT] > 0.0)
-    ends = int(split_ends)
-    reasons, dps = layout_reasons(mvec, int(gpus), int(global_batch), *(arrays[n] for n in LAYOUT_AXES), even_split,
-                                  ends)
-    knobs = [arrays[n] for n in tuple(values)[len(LAYOUT_AXES):]]
-    if EP_AXIS not in values:
-        knobs.append(np.ones(1, dtype=np.int64))
-    valid = reasons == K.R_OK
-    layouts = _layout_indices(values, valid)
-    layout_values = _layout_values(arrays, layouts)
-    step_s, mem_bytes, reason = _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs, ends)
-    shard_v, ep_v = knobs[3], knobs[-1]
-    other_knobs = int(np.prod([k.shape[0] for k in knobs], dtype=np.int64)) // (shard_v.shape[0] * ep_v.shape[0])
-    counts = other_knobs * invalid_plan_counts(mvec, int(gpus), int(global_batch),
-                                               _layout_values(arrays, _layout_indices(values, ~valid)),
-                                               shard_v, ep_v, even_split, len(K.REASONS), ends)
+    ``compiled``), counted per rule in ``plans_by_rule``. Keeps every priced plan's step time, memory and reason;
+    the search itself needs none of them (:func:`scan_space`)."""
+    sp = _Space(model, system, calib, gpus, global_batch, space, split_ends)
+    step_s, mem_bytes, reason = _price_layouts(sp.mvec, sp.svec, calib, gpus, global_batch, sp.layout_values,
+                                               sp.knobs, sp.ends)
+    counts = sp.invalid_counts()
     by_rule = {}
     if stack_rules is not None:
-        by_rule = _mask_stack_rules(reason, values, layout_values, dps[valid], stack_rules, system, fixed or {})
+        by_rule = _mask_stack_rules(reason, sp.values, sp.layout_values, sp.dps, stack_rules, system, fixed or {})
     counts += np.bincount(reason, minlength=len(K.REASONS))
-    return SpacePrices(values, layouts, dps[valid], step_s, mem_bytes, reason, counts, by_rule)
+    return SpacePrices(sp.values, sp.layouts, sp.dps, step_s, mem_bytes, reason, counts, by_rule)
 
 
-def _mask_stack_rules(reason: np.ndarray, values: Mapping, layout_values: np.ndarray, dps: np.ndarray, stack: str,
-                      system, fixed: Mapping) -> dict:
-    """Set ``R_STACK_RULE`` (in place) on the valid priced plans the stack does not run; plans per rule.
-    Each field is an array broadcast over ``[layout, *knob axes]``: no per-plan Python."""
-    from .stackrules import broken_mask
+class _Space:
+    """A space's valid layouts and knob arrays, as the kernels take them."""
 
+    def __init__(self, model, system, calib, gpus, global_batch, space, split_ends):
+        self.values = values = space_values(space)
+        self.arrays = arrays = {name: _axis(vals, name) for name, vals in values.items()}
+        self.mvec, self.svec = model_vector(model), system_vector(system)
+        self.gpus, self.global_batch = int(gpus), int(global_batch)
+        self.even_split = bool(calib[K.C_EVEN_SPLIT] > 0.0)
+        self.ends = int(split_ends)
+        reasons, dps = layout_reasons(self.mvec, self.gpus, self.global_batch, *(arrays[n] for n in LAYOUT_AXES),
+                                      self.even_split, self.ends)
+        knobs = [arrays[n] for n in tuple(values)[len(LAYOUT_AXES):]]
+        if EP_AXIS not in values:
+            knobs.append(np.ones(1, dtype=np.int64))
+        self.knobs = knobs
+        self.valid = reasons == K.R_OK
+        self.layouts = _layout_indices(values, self.valid)
+        self.layout_values = _layout_values(arrays, self.layouts)
+        self.dps = dps[self.valid]
+        self.n_knob = int(np.prod([k.shape[0] for k in knobs], dtype=np.int64))
+
+    def invalid_counts(self) -> np.ndarray:
+        """Plans of the invalid layouts by reason (``[len(REASONS)]``)."""
+        shard_v, ep_v = self.knobs[3], self.knobs[-1]
+        other_knobs = self.n_knob // (shard_v.shape[0] * ep_v.shape[0])
+        return other_knobs * invalid_plan_counts(self.mvec, self.gpus, self.global_batch,
+                                                 _layout_values(self.arrays, _layout_indices(self.values, ~self.valid)),
+                                                 shard_v, ep_v, self.even_split, len(K.REASONS), self.ends)
+
+
+def _rule_fields(values: Mapping, layout_values: np.ndarray, dps: np.ndarray, fixed: Mapping) -> tuple[dict, tuple]:
+    """The plan fields of the priced plans as arrays broadcast over ``[layout, *knob axes]``, and that shape."""
     knob_axes = tuple(values)[len(LAYOUT_AXES):]
     ndim = 1 + len(knob_axes)
     fields = {name: layout_values[:, i].reshape((-1,) + (1,) * (ndim - 1)) for i, name in enumerate(LAYOUT_AXES)}
@@ -143,12 +176,38 @@ def _mask_stack_rules(reason: np.ndarray, values: Mapping, layout_values: np.nda
         shape[axis] = len(values[name])
         fields[name] = np.asarray(values[name]).reshape(shape)
     fields.update({k: v for k, v in fixed.items() if k not in fields})
-    shape = (layout_values.shape[0],) + tuple(len(values[n]) for n in knob_axes)
+    return fields, (layout_values.shape[0],) + tuple(len(values[n]) for n in knob_axes)
+
+
+def _mask_stack_rules(reason: np.ndarray, values: Mapping, layout_values: np.ndarray, dps: np.ndarray, stack: str,
+                      system, fixed: Mapping) -> dict:
+    """Set ``R_STACK_RULE`` (in place) on the valid priced plans the stack does not run; plans per rule.
+    Each field is an array broadcast over ``[layout, *knob axes]``: no per-plan Python."""
+    from .stackrules import broken_mask
+
+    fields, shape = _rule_fields(values, layout_values, dps, fixed)
     view = reason.reshape(shape)
     eligible = (view == K.R_OK) | (view == K.R_MEMORY)
     broken, by_rule = broken_mask(stack, fields, system, eligible)
     view[broken] = K.R_STACK_RULE
     return by_rule
+
+
+def _stack_rule_ids(values: Mapping, layout_values: np.ndarray, dps: np.ndarray, stack: str, system,
+                    fixed: Mapping) -> tuple[np.ndarray, list]:
+    """Per priced plan (flat, int8) the first rule of ``stack`` it breaks, 1-based (0: none), and the rules' ids:
+    what :func:`_mask_stack_rules` applies, before the kernel knows which plans are eligible."""
+    from .stackrules import effective_fields, rule_broken, rules
+
+    fields, shape = _rule_fields(values, layout_values, dps, fixed)
+    fields = effective_fields(fields)
+    stack_rules = rules()[stack]
+    assert len(stack_rules) < 127
+    ids = np.zeros(shape, dtype=np.int8)
+    for r, rule in enumerate(stack_rules, start=1):
+        hit = np.broadcast_to(rule_broken(rule, fields, system), shape)
+        ids[hit & (ids == 0)] = r
+    return ids.reshape(-1), [rule.id for rule in stack_rules]
 
 
 def _layout_indices(values: Mapping, mask: np.ndarray) -> np.ndarray:
@@ -160,6 +219,15 @@ def _layout_indices(values: Mapping, mask: np.ndarray) -> np.ndarray:
 def _layout_values(arrays: Mapping, layouts: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.stack([arrays[n][layouts[:, i]] for i, n in enumerate(LAYOUT_AXES)], axis=1),
                                 dtype=np.int64)
+
+
+def _layer_table(sp: "_Space", calib: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layer costs once per distinct (tp, cp, micro_batch) of the valid layouts: ``(layout_key, table)``."""
+    rc_v, sp_v, _, _, _, flash_v, _, tpo_v, ep_v = sp.knobs
+    keys, layout_key = np.unique(sp.layout_values[:, [0, 2, 4]], axis=0, return_inverse=True)
+    table = layer_cost_table(sp.mvec, sp.svec, calib, np.ascontiguousarray(keys, dtype=np.int64), rc_v, sp_v, flash_v,
+                             tpo_v, ep_v)
+    return np.ascontiguousarray(layout_key.ravel(), dtype=np.int64), table
 
 
 def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs, ends=0):
@@ -174,20 +242,108 @@ def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs, 
                             shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends)
 
 
-def distinct_plans(prices: SpacePrices) -> Iterator[dict]:
+# feasible plans the search's first pass keeps (fastest by the closed form); a search that needs more (many
+# spellings of one plan, folds) gets the next ones from another pass, CANDIDATE_GROWTH times as many
+CANDIDATES = 2048
+CANDIDATE_GROWTH = 8
+
+
+@dataclass
+class SpaceScan(_Plans):
+    """A space scanned in one pass (:func:`scan_space`): counts, and the fastest feasible plans by the closed form.
+
+    ``values``, ``layouts``, ``dp`` as :class:`SpacePrices`; ``plans_by_reason``, ``plans_by_rule``,
+    ``plans_priced`` and ``plans_feasible`` count the space; ``top`` holds ``(step_s, index, mem_bytes)`` of the
+    ``k`` feasible plans of smallest (closed-form step time, flat index), in that order; ``rescan(step, index, k)``
+    gives the next ``k`` after a plan the same way (another pass). No per-plan array is kept."""
+
+    values: dict
+    layouts: np.ndarray
+    dp: np.ndarray
+    plans_by_reason: np.ndarray
+    plans_by_rule: dict
+    plans_priced: int
+    plans_feasible: int
+    top: tuple
+    k: int
+    rescan: object = field(repr=False)
+
+    def ranked(self) -> Iterator[tuple[int, float, float]]:
+        """``(flat index, step time, memory bytes)`` of the feasible plans, fastest first by the closed form
+        (ties in the dense grid's order), as :meth:`SpacePrices.ranked`; passes again for more when the kept
+        ones run out."""
+        step, index, mem = self.top
+        k = self.k
+        while True:
+            for i in range(step.size):
+                yield int(index[i]), float(step[i]), float(mem[i])
+            if step.size < k:
+                return
+            k *= CANDIDATE_GROWTH
+            step, index, mem = self.rescan(float(step[-1]), int(index[-1]), k)
+
+
+def scan_threads() -> int:
+    """Threads of :func:`scan_space`: Numba's thread count (``NUMBA_NUM_THREADS``, default the CPUs)."""
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def scan_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping,
+               split_ends: int = 0, stack_rules: str | None = None, fixed: Mapping | None = None,
+               k: int = CANDIDATES, threads: int | None = None) -> SpaceScan:
+    """The search's pass over ``space`` (arguments as :func:`price_space`): the same plans priced by the same
+    kernels, the same counts, but nothing kept per plan (but the int8 stack rule each breaks), only the ``k``
+    fastest feasible plans (:func:`trainscale.kernels.grid.scan_layouts`; a plan is timed only if it fits and the
+    stack runs it). ``threads`` (default :func:`scan_threads`) chunks of the layouts run side by side (the kernel
+    releases the GIL); counts and candidates are merged, the same for any thread count."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sp = _Space(model, system, calib, gpus, global_batch, space, split_ends)
+    layout_key, table = _layer_table(sp, calib)
+    if stack_rules is not None:
+        rule_id, rule_names = _stack_rule_ids(sp.values, sp.layout_values, sp.dps, stack_rules, system, fixed or {})
+    else:
+        rule_id, rule_names = np.zeros(0, dtype=np.int8), []
+    n_chunks = max(1, int(threads or scan_threads()))
+    args = (sp.mvec, sp.svec, calib, sp.gpus, sp.global_batch, sp.layout_values, layout_key, table, *sp.knobs,
+            sp.ends, rule_id, len(rule_names), len(K.REASONS))
+
+    def one_pass(after_step: float, after_index: int, k: int):
+        def chunk(c):
+            return scan_layouts(*args, c, n_chunks, k, after_step, after_index)
+
+        if n_chunks == 1:
+            parts = [chunk(0)]
+        else:
+            with ThreadPoolExecutor(n_chunks) as pool:
+                parts = list(pool.map(chunk, range(n_chunks)))
+        step = np.concatenate([p[3] for p in parts])
+        index = np.concatenate([p[4] for p in parts])
+        mem = np.concatenate([p[5] for p in parts])
+        order = np.lexsort((index, step))[:k]
+        return parts, (step[order], index[order], mem[order])
+
+    parts, top = one_pass(-np.inf, -1, k)
+    counts = sp.invalid_counts() + sum(p[0] for p in parts)
+    by_rule_counts = sum(p[2] for p in parts)
+    by_rule = {name: int(by_rule_counts[r]) for r, name in enumerate(rule_names, start=1)}
+    return SpaceScan(sp.values, sp.layouts, sp.dps, counts, by_rule, sp.layout_values.shape[0] * sp.n_knob,
+                     int(sum(p[1] for p in parts)), top, int(k), lambda s, i, n: one_pass(s, i, n)[1])
+
+
+def distinct_plans(prices: SpacePrices | SpaceScan) -> Iterator[dict]:
     """Feasible plans fastest first by the closed form (ties in the dense grid's order), each spelling of a plan
     (:func:`trainscale.perfmodel.canonical_plan`) once, as :func:`trainscale.perfmodel.rank`'s entries."""
-    flat = prices.feasible
-    order = flat[np.argsort(prices.step_s[flat], kind="stable")]
     seen = set()
-    for index in order:
+    for index, step, mem in prices.ranked():
         plan = prices.plan(index)
         key = canonical_plan(plan)
         if key in seen:
             continue
         seen.add(key)
-        yield {"plan": plan, "step_time_s": float(prices.step_s[index]),
-               "memory_gib_per_gpu": float(prices.mem_bytes[index] / GiB)}
+        yield {"plan": plan, "step_time_s": step, "memory_gib_per_gpu": mem / GiB}
 
 
 class CandidateStream:
@@ -260,21 +416,22 @@ def _short(value) -> str:
     return {True: "yes", False: "no"}.get(value, str(value)) if isinstance(value, bool) else str(value)
 
 
-def space_summary(prices: SpacePrices) -> xr.Dataset:
+def space_summary(prices: SpacePrices | SpaceScan) -> xr.Dataset:
     """The searched space in numbers: plans by reason (``R_OK`` = feasible; ``does not fit`` counted after
     pricing), with the space's axes and the counts as attributes."""
     plans = xr.DataArray(prices.plans_by_reason.astype(np.int64), dims=("reason",),
                          coords={"reason": list(K.REASONS)},
                          attrs={"units": "plans", "long_name": "plans of the space by why they are masked "
                                 "('ok': feasible)"})
-    priced = int(prices.reason.size)
     return xr.Dataset({"plans": plans}, attrs={
-        "space_size": prices.size, "plans_priced": priced, "plans_feasible": int(prices.feasible.size),
+        "space_size": prices.size, "plans_priced": int(prices.plans_priced),
+        "plans_feasible": int(prices.plans_feasible),
         "plans_by_stack_rule": dict(prices.plans_by_rule),
         "space": {name: [_short(v) if isinstance(v, bool) else v for v in vals]
                   for name, vals in prices.values.items()}})
 
 
-__all__ = ["LAYOUT_AXES", "FOLD_KNOBS", "FOLD_REL_TOL", "SpacePrices", "price_space", "space_values", "space_size",
+__all__ = ["LAYOUT_AXES", "FOLD_KNOBS", "FOLD_REL_TOL", "SpacePrices", "price_space", "SpaceScan", "scan_space",
+           "CANDIDATES", "space_values", "space_size",
            "distinct_plans", "CandidateStream", "same_cost", "fold_equal_plans", "fold_text", "differs_text",
            "plan_differences", "space_summary"]

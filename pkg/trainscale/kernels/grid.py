@@ -12,8 +12,8 @@ count. :func:`evaluate_grid` is the dense grid (``ep = 1``, the last axis left o
 import numpy as np
 from numba import njit, prange
 
-from .layout import L_SIZE, O_MEM_BYTES, O_REASON, O_SIZE, O_STEP, R_GPUS, R_OK
-from .plan import layer_costs, plan_costs, structural_reason
+from .layout import L_SIZE, O_MEM_BYTES, O_REASON, O_SIZE, O_STEP, R_GPUS, R_MEMORY, R_OK, R_STACK_RULE
+from .plan import layer_costs, plan_costs, plan_memory, plan_time, structural_reason
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
@@ -128,8 +128,9 @@ def layout_reason(model, gpus, global_batch, tp, pp, cp, v, mb, even_split, ends
     ``R_OK``; dp 0 if invalid."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
-    reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, 0, 1, even_split,
-                               0, 0, ends if pp > 1 else 0)
+    none, one = np.int64(0), np.int64(1)  # not literals: one compiled structural_reason for every caller
+    reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, none, one,
+                               even_split, none, none, ends if pp > 1 else 0, none)
     if dp == 0 and reason == R_OK:
         reason = R_GPUS
     return reason, (dp if reason == R_OK else 0)
@@ -159,6 +160,7 @@ def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_
     the knobs other than ``shard_group`` and ``ep`` (the only knobs :func:`plan_reason` reads):
     ``counts[n_reasons]``."""
     counts = np.zeros(n_reasons, dtype=np.int64)
+    none = np.int64(0)  # not a literal: one compiled structural_reason for every caller
     for n in range(layouts.shape[0]):
         tp, pp, cp, v, mb = layouts[n, 0], layouts[n, 1], layouts[n, 2], layouts[n, 3], layouts[n, 4]
         ways = tp * pp * cp
@@ -166,19 +168,22 @@ def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_
         for i_shard in range(shard_v.shape[0]):
             for i_ep in range(ep_v.shape[0]):
                 reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch,
-                                           shard_v[i_shard], ep_v[i_ep], even_split, 0, 0, ends if pp > 1 else 0)
+                                           shard_v[i_shard], ep_v[i_ep], even_split, none, none,
+                                           ends if pp > 1 else 0, none)
                 counts[reason if reason != R_OK else R_GPUS] += 1
     return counts
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_v):
     """Layer costs of every ``(tp, cp, micro_batch)`` row of ``keys`` and every knob they depend on:
-    ``table[((((k * n_rc + rc) * n_sp + sp) * n_fl + fl) * n_tpo + tpo) * n_ep + ep, L_SIZE]``."""
+    ``table[((((k * n_rc + rc) * n_sp + sp) * n_fl + fl) * n_tpo + tpo) * n_ep + ep, L_SIZE]``. Serial: a few
+    thousand rows, milliseconds; not a ``parallel=True`` kernel, whose compilation alone takes seconds."""
     n_rc, n_sp, n_fl, n_tpo, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
     per_key = n_rc * n_sp * n_fl * n_tpo * n_ep
     table = np.empty((keys.shape[0] * per_key, L_SIZE))
-    for j in prange(table.shape[0]):
+    etp = np.int64(0)  # not omitted: the same compiled layer_costs as predict's
+    for j in range(table.shape[0]):
         i_ep = j % n_ep
         i_tpo = (j // n_ep) % n_tpo
         i_fl = (j // (n_ep * n_tpo)) % n_fl
@@ -186,7 +191,7 @@ def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_
         i_rc = (j // (n_ep * n_tpo * n_fl * n_sp)) % n_rc
         k = j // per_key
         layer_costs(model, system, calib, keys[k, 0], keys[k, 1], keys[k, 2], rc_v[i_rc], sp_v[i_sp] != 0,
-                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0)
+                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0, etp)
     return table
 
 
@@ -240,3 +245,125 @@ def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_k
                             zero_v[i_zero], shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, np.empty(O_SIZE),
                             step_s, mem_bytes, reasons, b * block, ends)
     return step_s, mem_bytes, reasons
+
+
+# --------------------------------------------------------------------------- the search's one pass
+@njit(cache=True)
+def _heap_sift_down(top_s, top_i, top_m, n, pos):
+    """Restore the max-heap (by ``(step, index)``; ``top_m`` carried along) of ``top_s[:n]``, ``top_i[:n]``
+    below ``pos``."""
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            return
+        if child + 1 < n and (top_s[child + 1] > top_s[child]
+                              or (top_s[child + 1] == top_s[child] and top_i[child + 1] > top_i[child])):
+            child += 1
+        if top_s[child] > top_s[pos] or (top_s[child] == top_s[pos] and top_i[child] > top_i[pos]):
+            top_s[pos], top_s[child] = top_s[child], top_s[pos]
+            top_i[pos], top_i[child] = top_i[child], top_i[pos]
+            top_m[pos], top_m[child] = top_m[child], top_m[pos]
+            pos = child
+        else:
+            return
+
+
+@njit(cache=True)
+def _heap_offer(top_s, top_i, top_m, n, k, step, index, mem):
+    """Offer ``(step, index)`` to the max-heap of the ``k`` smallest keys seen; returns its new size."""
+    if n < k:
+        pos = n
+        top_s[pos] = step
+        top_i[pos] = index
+        top_m[pos] = mem
+        while pos > 0:  # sift up
+            parent = (pos - 1) // 2
+            if top_s[pos] > top_s[parent] or (top_s[pos] == top_s[parent] and top_i[pos] > top_i[parent]):
+                top_s[pos], top_s[parent] = top_s[parent], top_s[pos]
+                top_i[pos], top_i[parent] = top_i[parent], top_i[pos]
+                top_m[pos], top_m[parent] = top_m[parent], top_m[pos]
+                pos = parent
+            else:
+                break
+        return n + 1
+    if step < top_s[0] or (step == top_s[0] and index < top_i[0]):
+        top_s[0] = step
+        top_i[0] = index
+        top_m[0] = mem
+        _heap_sift_down(top_s, top_i, top_m, n, 0)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, table, rc_v, sp_v, zero_v,
+                 shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends, rule_id, n_rules, n_reasons, chunk, n_chunks,
+                 k, after_step, after_index):
+    """The search's one pass over the plans of the valid ``layouts`` (as :func:`evaluate_layouts` prices them, same
+    order and flat index), keeping no per-plan array: chunk ``chunk`` of ``n_chunks`` takes the blocks
+    ``chunk, chunk + n_chunks, ...`` (one block: a layout, recompute, sequence_parallel and zero).
+
+    Each plan's reason and memory come first (:func:`~trainscale.kernels.plan.plan_memory`); only a plan that
+    fits and that the stack runs is timed (:func:`~trainscale.kernels.plan.plan_time`). ``rule_id[i]`` (int8;
+    empty: no stack rules) is the first stack rule plan ``i`` breaks, 1-based (0: none); a plan that fits or
+    does not fit only for memory and breaks one gets ``R_STACK_RULE``, counted per rule. Returns ``(counts
+    [n_reasons], feasible, by_rule[n_rules + 1], top_step[:n], top_index[:n], top_mem_bytes[:n])``: plans by
+    reason, feasible plans (``R_OK``, finite step time), and the ``k`` feasible plans of smallest ``(step, flat
+    index)`` after ``(after_step, after_index)`` with their memory (a max-heap, unsorted). The result does not depend on the chunking."""
+    n_rc, n_sp, n_zero = rc_v.shape[0], sp_v.shape[0], zero_v.shape[0]
+    n_shard, n_ovl, n_fl, n_ten, n_tpo, n_ep = (shard_v.shape[0], ovl_v.shape[0], flash_v.shape[0],
+                                                tensor_v.shape[0], tpo_v.shape[0], ep_v.shape[0])
+    block = n_shard * n_ovl * n_fl * n_ten * n_tpo * n_ep
+    n_blocks = layouts.shape[0] * n_rc * n_sp * n_zero
+    ruled = rule_id.shape[0] > 0
+    counts = np.zeros(n_reasons, dtype=np.int64)
+    by_rule = np.zeros(n_rules + 1, dtype=np.int64)
+    feasible = 0
+    top_s = np.empty(k)
+    top_i = np.empty(k, dtype=np.int64)
+    top_m = np.empty(k)
+    n_top = 0
+    out = np.empty(O_SIZE)
+    first = last = etp = np.int64(0)  # not literals: the same compiled plan_memory / plan_time as predict's
+    for b in range(chunk, n_blocks, n_chunks):
+        i_zero = b % n_zero
+        i_sp = (b // n_zero) % n_sp
+        i_rc = (b // (n_zero * n_sp)) % n_rc
+        n = b // (n_zero * n_sp * n_rc)
+        base = (layout_key[n] * n_rc + i_rc) * n_sp * n_fl * n_tpo * n_ep
+        tp, pp, cp, v, mb = layouts[n, 0], layouts[n, 1], layouts[n, 2], layouts[n, 3], layouts[n, 4]
+        dp = gpus // (tp * pp * cp)  # a valid layout: tp*pp*cp divides the GPUs
+        plan_ends = ends if pp > 1 else 0
+        rc = rc_v[i_rc]
+        zero = zero_v[i_zero]
+        i = b * block
+        for i_shard in range(n_shard):
+            for i_ovl in range(n_ovl):
+                for i_fl in range(n_fl):
+                    for i_ten in range(n_ten):
+                        for i_tpo in range(n_tpo):
+                            for i_ep in range(n_ep):
+                                lc = table[base + ((i_sp * n_fl + i_fl) * n_tpo + i_tpo) * n_ep + i_ep]
+                                overlap = ovl_v[i_ovl] != 0
+                                per_tensor = tensor_v[i_ten] != 0
+                                reason = plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb,
+                                                     global_batch, rc, zero, shard_v[i_shard], overlap, per_tensor,
+                                                     out, ep_v[i_ep], first, last, plan_ends, etp)
+                                rule = rule_id[i] if ruled else 0
+                                if rule > 0 and (reason == R_OK or reason == R_MEMORY):
+                                    counts[R_STACK_RULE] += 1
+                                    by_rule[rule] += 1
+                                elif reason != R_OK:
+                                    counts[reason] += 1
+                                else:
+                                    counts[R_OK] += 1
+                                    plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, global_batch,
+                                              rc, zero, shard_v[i_shard], overlap, per_tensor, out, ep_v[i_ep],
+                                              first, last, plan_ends, etp)
+                                    step = out[O_STEP]
+                                    if np.isfinite(step):
+                                        feasible += 1
+                                        if step > after_step or (step == after_step and i > after_index):
+                                            n_top = _heap_offer(top_s, top_i, top_m, n_top, k, step, i,
+                                                                           out[O_MEM_BYTES])
+                                i += 1
+    return counts, feasible, by_rule, top_s[:n_top].copy(), top_i[:n_top].copy(), top_m[:n_top].copy()

@@ -1185,13 +1185,47 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     stack's default, which on a stack that builds even chunks needs pp·v to divide the layers). A
     low-precision plan quantizes its weights once per step (the first micro-batch's copies are reused, as
     Transformer Engine does), counted with the optimizer step."""
+    reason = plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
+                         per_tensor, out, ep, first, last, ends, etp)
+    if reason == R_OK or reason == R_MEMORY:
+        plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap, per_tensor,
+                  out, ep, first, last, ends, etp)
+
+
+@njit(cache=True)
+def plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
+                overlap, per_tensor, out, ep=1, first=0, last=0, ends=0, etp=0):
+    """The first part of :func:`plan_costs`: ``out`` set to NaN, then the plan's reason (structural, else
+    ``R_MEMORY`` where its memory exceeds the GPU's, else ``R_OK``) and, unless structurally invalid, its
+    memory (``O_MEM_*``); returns the reason. The search (:func:`trainscale.kernels.grid.scan_layouts`) times
+    only the plans this leaves feasible."""
     for i in range(out.shape[0]):
         out[i] = math.nan
     reason = structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0,
                                first, last, ends, etp)
     out[O_REASON] = reason
     if reason != R_OK:
-        return
+        return reason
+    n_shard = shard if shard > 0 else dp
+    micro = gb // (dp * mb)
+    et = etp if etp > 0 else tp
+    e_shard = (n_shard * tp) // (ep * et) if et != tp else n_shard // ep
+    if e_shard < 1:
+        e_shard = 1
+    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
+                            per_tensor, first, last, ends, etp)
+    out[O_MEM_BYTES] = mem
+    if mem > system[S_HBM_BYTES]:
+        out[O_REASON] = R_MEMORY
+        return R_MEMORY
+    return R_OK
+
+
+@njit(cache=True)
+def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
+              overlap, per_tensor, out, ep=1, first=0, last=0, ends=0, etp=0):
+    """The second part of :func:`plan_costs` (after :func:`plan_memory`, of a structurally valid plan): the step
+    time, its breakdown, FLOPs and power into ``out``."""
     layers = int(model[M_LAYERS])
     n_shard = shard if shard > 0 else dp
     micro = gb // (dp * mb)
@@ -1333,12 +1367,7 @@ def plan_costs(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, ze
     out[O_MODEL_FLOPS] = model_flops / gpus
     out[O_HW_FLOPS] = hw_flops / gpus
 
-    # memory of the most loaded GPU
-    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
-                            per_tensor, first, last, ends, etp)
-    out[O_MEM_BYTES] = mem
-    if mem > system[S_HBM_BYTES]:
-        out[O_REASON] = R_MEMORY
+    # memory of the most loaded GPU: plan_memory
 
     # power
     gemm_busy = micro * l_crit * (lc[L_FWD_GEMM] + lc[L_BWD_GEMM]) + micro * head_crit

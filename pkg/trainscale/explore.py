@@ -37,9 +37,9 @@ from . import catalog, perfmodel
 from .specs import DEFAULT_STACK, RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
 
 __all__ = ["models", "systems", "gpu_choices", "plan_choices", "run_dict", "Evaluation", "evaluate",
-           "time_breakdown_figure", "memory_figure", "best_plans", "Explorer", "FigureSpec", "MAIN_FIGURES",
-           "NoInteractiveFigure", "interactive_figure", "interactive_figures", "find_figures_dir",
-           "trace_expected"]
+           "time_breakdown_figure", "memory_figure", "best_plans", "plan_label", "compact_plans", "plans_html",
+           "Explorer", "FigureSpec", "MAIN_FIGURES", "NoInteractiveFigure", "interactive_figure",
+           "interactive_figures", "find_figures_dir", "trace_expected", "log_ticks"]
 
 # the colour-blind-safe cycle of trainscale.plotting (Okabe & Ito 2008), then greys
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#999999")
@@ -165,6 +165,22 @@ def _go():
     return go
 
 
+def _wrap(text: str, chars: int) -> str:
+    """``text`` broken at spaces into lines of at most ``chars`` characters, joined by ``<br>`` (plotly's line
+    break); a word longer than that stays whole. Existing ``<br>`` breaks are kept."""
+    import textwrap
+
+    return "<br>".join(line for part in str(text).split("<br>")
+                       for line in (textwrap.wrap(part, max(int(chars), 8), break_long_words=False,
+                                                  break_on_hyphens=False) or [""]))
+
+
+# the legend under the chart, laid out in rows: a chart keeps the notebook's full width for its data however
+# many entries there are ("container" keeps it below the axis titles and pushes the bottom margin to fit it)
+LEGEND_BELOW = dict(orientation="h", yref="container", yanchor="bottom", y=0.0, x=0.0, xanchor="left",
+                    font=dict(size=10))
+
+
 def time_breakdown_figure(prediction: perfmodel.Prediction | None, title: str = "") -> Any:
     """Bar chart of the step's exposed time by component (``Prediction.breakdown``, seconds; they add up
     to the step time), with the traffic before overlap (``comm_total_s``) as hollow bars beside them."""
@@ -179,8 +195,12 @@ def time_breakdown_figure(prediction: perfmodel.Prediction | None, title: str = 
                     marker_line_color=PALETTE[3], marker_line_width=1.5,
                     hovertemplate="%{x} before overlap: %{y:.4g} s<extra></extra>")
         title = title or f"step {prediction.step_time_s:.4g} s"
-    fig.update_layout(title=title, yaxis_title="seconds per step", barmode="group", height=360,
-                      margin=dict(l=50, r=10, t=40, b=40), legend=dict(orientation="h", y=-0.25))
+    # no width: plotly sizes the chart to its output area (autosize), which the Explorer shares with the memory
+    # chart; margins grow to fit rotated labels (automargin) instead of cutting them off
+    fig.update_layout(title=_wrap(title, 60), yaxis_title="seconds per step", barmode="group", height=380,
+                      autosize=True, margin=dict(l=50, r=10, t=50, b=10), legend=LEGEND_BELOW)
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
     return fig
 
 
@@ -199,8 +219,10 @@ def memory_figure(prediction: perfmodel.Prediction | None, capacity_gib: float =
                           + ("" if prediction.fits else f" — does not fit: {prediction.reason}"))
     if np.isfinite(capacity_gib):
         fig.add_hline(y=capacity_gib, line_dash="dot", annotation_text=f"capacity {capacity_gib:g} GiB")
-    fig.update_layout(title=title, yaxis_title="GiB per GPU", height=360, showlegend=False,
-                      margin=dict(l=50, r=10, t=40, b=40))
+    fig.update_layout(title=_wrap(title, 60), yaxis_title="GiB per GPU", height=380, showlegend=False,
+                      autosize=True, margin=dict(l=50, r=10, t=50, b=10))
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
     return fig
 
 
@@ -213,9 +235,15 @@ def best_plans(model: str, system: str, gpus: int, global_batch: int, top: int =
                space: Mapping[str, Sequence] | None = None):
     """The ``top`` fastest plans that fit (:func:`trainscale.perfmodel.search` over its default plan space,
     or ``space``; the search ``trainscale search`` runs): a DataFrame, one row per plan, with the plan's
-    fields and its step time, throughput, MFU and memory per GPU (pipelines simulated). Empty when no plan
-    fits or no split of the GPUs exists."""
+    fields and its step time, throughput, MFU and memory per GPU (pipelines simulated), then ``differs`` (the
+    knobs in which it differs from the first row, as ``trainscale search`` prints them; '' for the first) and
+    ``same_cost`` (the settings the search folded into it because they cost exactly the same, e.g.
+    ``recompute none = selective``; '' for none). The search folds such plans (issue 38), so no two rows are one
+    plan spelt two ways. Empty when no plan fits or no split of the GPUs exists. :func:`compact_plans` is the
+    narrow view of it the Explorer shows."""
     import pandas as pd
+
+    from .searchspace import differs_text, fold_text
 
     _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=int(top), space=space,
                                  stack=stack)
@@ -224,13 +252,102 @@ def best_plans(model: str, system: str, gpus: int, global_batch: int, top: int =
         plan = entry["plan"]
         row = {"rank": rank, **{k: plan.get(k, 1 if k == "ep" else None) for k in BEST_PLAN_COLUMNS}}
         row.update(step_time_s=entry["step_time_s"], tokens_per_s=entry["tokens_per_s"], mfu=entry["mfu"],
-                   memory_gib_per_gpu=entry["memory_gib_per_gpu"])
+                   memory_gib_per_gpu=entry["memory_gib_per_gpu"],
+                   differs=differs_text(plan, ranked[0]["plan"]), same_cost=fold_text(entry))
         rows.append(row)
-    columns = ["rank", *BEST_PLAN_COLUMNS, "step_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu"]
+    columns = ["rank", *BEST_PLAN_COLUMNS, "step_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "differs",
+               "same_cost"]
     return pd.DataFrame(rows, columns=columns).set_index("rank")
 
 
+RECOMPUTE_SHORT = {"none": "no-rc", "selective": "sel-rc", "full": "full-rc"}
+FLAG_SHORT = {"sequence_parallel": "sp", "flash_attention": "fa", "overlap_grad_reduce": "ogr",
+              "tp_comm_overlap": "tpo", "zero3_per_tensor": "pt"}
+PLAN_LABEL_KEY = ("tp/pp/dp/cp/ep: parallel degrees (cp, ep shown above 1); vp: pipeline chunks per GPU "
+                  "(interleave); mb: micro-batch; zero: ZeRO stage, sg: its shard group; no-rc/sel-rc/full-rc: "
+                  "recomputation none/selective/full; sp: sequence parallel; fa: FlashAttention; ogr: overlapped "
+                  "gradient reduction; tpo: TP communication overlap; pt: ZeRO-3 per-tensor fetches")
+
+
+def plan_label(plan: Mapping[str, Any]) -> str:
+    """One short line naming a plan, e.g. ``tp8 pp4 dp16 vp2 mb2 zero1 sp sel-rc fa`` (:data:`PLAN_LABEL_KEY`
+    spells the abbreviations out): every knob that tells two searched plans apart, settings without effect
+    dropped as :func:`trainscale.perfmodel.canonical_plan` drops them (sequence parallelism at tp 1, ...)."""
+    p = {k: (v.item() if hasattr(v, "item") else v) for k, v in plan.items()}
+    p = dict(perfmodel.canonical_plan(p))
+    parts = [f"tp{p.get('tp', 1)}", f"pp{p.get('pp', 1)}", f"dp{p.get('dp', '?')}"]
+    parts += [f"{k}{p[k]}" for k in ("cp", "ep") if int(p.get(k) or 1) > 1]
+    if int(p.get("interleave") or 1) > 1:
+        parts.append(f"vp{p['interleave']}")
+    parts.append(f"mb{p.get('micro_batch', 1)}")
+    if int(p.get("zero") or 0):
+        parts.append(f"zero{p['zero']}" + (f" sg{p['shard_group']}" if p.get("shard_group") else ""))
+    if p.get("sequence_parallel"):
+        parts.append("sp")
+    parts.append(RECOMPUTE_SHORT.get(p.get("recompute"), str(p.get("recompute"))))
+    parts += [short for flag, short in FLAG_SHORT.items() if flag != "sequence_parallel" and p.get(flag)]
+    return " ".join(parts)
+
+
+COMPACT_PLAN_COLUMNS = ("plan", "step s", "tokens/s", "MFU", "GiB/GPU", "differs from #1", "same cost")
+
+
+def compact_plans(table):
+    """The best-plan table (:func:`best_plans`) as the Explorer shows it, narrow enough for a notebook beside
+    the file browser: one short ``plan`` column (:func:`plan_label`) instead of fifteen knob columns, then step
+    time, throughput, MFU, memory per GPU, what differs from the winner and the settings folded into the plan
+    (``COMPACT_PLAN_COLUMNS``); numbers as they are (format them for display: :func:`plans_html`)."""
+    import pandas as pd
+
+    rows = [{"rank": rank, "plan": plan_label(row), "step s": row["step_time_s"], "tokens/s": row["tokens_per_s"],
+             "MFU": row["mfu"], "GiB/GPU": row["memory_gib_per_gpu"],
+             "differs from #1": row.get("differs", "") or "", "same cost": row.get("same_cost", "") or ""}
+            for rank, row in zip(table.index, table.to_dict("records"))]
+    return pd.DataFrame(rows, columns=["rank", *COMPACT_PLAN_COLUMNS]).set_index("rank")
+
+
+PLANS_CSS = ("<style>.ts-plans{border-collapse:collapse;font-size:12px;line-height:1.3}"
+             ".ts-plans th,.ts-plans td{padding:2px 6px;border-bottom:1px solid #e0e0e0;vertical-align:top}"
+             ".ts-plans th{text-align:left;white-space:nowrap}.ts-plans td.num{text-align:right;white-space:nowrap}"
+             ".ts-plans td.plan{font-family:monospace;white-space:nowrap}.ts-plans td.note{min-width:8em;"
+             "max-width:18em;white-space:normal;color:#555}.ts-plans caption{caption-side:bottom;text-align:left;"
+             "font-size:11px;color:#666;padding-top:4px}</style>")
+
+
+def plans_html(table) -> str:
+    """:func:`compact_plans` of ``table`` as an HTML table: numbers right-aligned and rounded (step s to 4
+    figures, tokens/s whole, MFU in %, GiB to 0.1), the notes wrapping, the abbreviations spelt out below."""
+    import html
+
+    view = compact_plans(table)
+    fmt = {"step s": "{:.4g}", "tokens/s": "{:,.0f}", "MFU": "{:.1%}", "GiB/GPU": "{:.1f}"}
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ("#", *view.columns))
+    body = []
+    for rank, row in view.iterrows():
+        cells = [f"<td class='num'>{rank}</td>", f"<td class='plan'>{html.escape(row['plan'])}</td>"]
+        cells += [f"<td class='num'>{fmt[c].format(row[c])}</td>" for c in fmt]
+        cells += [f"<td class='note'>{html.escape(row[c]) or '–'}</td>" for c in ("differs from #1", "same cost")]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"{PLANS_CSS}<table class='ts-plans'><caption>{html.escape(PLAN_LABEL_KEY)}</caption>"
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
 # --------------------------------------------------------------------------- the model: widgets
+# Sizes for a notebook output area about 1000 px wide (JupyterLab at 1366 px with the file browser open): the three
+# control columns take about 970 px, the two charts share a row down to ~820 px and stack below it.
+CONTROL_WIDTH = "300px"
+LABEL_WIDTH = "96px"
+TOGGLE_LABEL_WIDTH = "80px"
+CHART_FLEX = "1 1 400px"  # grow and shrink alike from 400 px: two charts per row at >= ~820 px, else one
+CHAR_PX, BUTTON_PADDING_PX = 8, 20  # a 13 px UI font's widest lower-case average; ipywidgets pads 10 px a side
+
+
+def button_width(labels: Sequence[Any]) -> str:
+    """A ToggleButtons ``button_width`` that shows the longest of ``labels`` in full (no "select..."):
+    ``CHAR_PX`` per character plus the button's padding."""
+    return f"{CHAR_PX * max(len(str(label)) for label in labels) + BUTTON_PADDING_PX}px"
+
+
 class Explorer:
     """Menus and sliders over the model; every change re-evaluates the plan (:func:`evaluate`) and redraws
     the read-out and the two figures. ``numbers`` holds the read-out's values, ``evaluation`` the last
@@ -255,8 +372,9 @@ class Explorer:
         self.evaluation: Evaluation | None = None
         self.plans = None
         self.time_figure = self.memory_figure = None
-        wide = w.Layout(width="330px")
-        style = {"description_width": "110px"}
+        wide = w.Layout(width=CONTROL_WIDTH)
+        style = {"description_width": LABEL_WIDTH}
+        toggle = {"description_width": TOGGLE_LABEL_WIDTH}
         self.w: dict[str, Any] = {
             "model": w.Dropdown(options=models(), value=model, description="model", layout=wide, style=style),
             "system": w.Dropdown(options=systems(), value=system, description="system", layout=wide,
@@ -268,9 +386,10 @@ class Explorer:
             "stack": w.Dropdown(options=list(STACKS), value=plan.get("stack", DEFAULT_STACK),
                                 description="stack", layout=wide, style=style),
             "recompute": w.ToggleButtons(options=list(RECOMPUTE_MODES), value=plan.get("recompute", "full"),
-                                         description="recompute", style={**style, "button_width": "72px"}),
+                                         description="recompute",
+                                         style={**toggle, "button_width": button_width(RECOMPUTE_MODES)}),
             "zero": w.ToggleButtons(options=[0, 1, 2, 3], value=int(plan.get("zero", 0)), description="ZeRO",
-                                    style={**style, "button_width": "40px"}),
+                                    style={**toggle, "button_width": "40px"}),
         }
         for knob in self.KNOBS:
             self.w[knob] = w.SelectionSlider(options=[int(plan.get(knob, 1))], value=int(plan.get(knob, 1)),
@@ -281,7 +400,13 @@ class Explorer:
                                       indent=False, layout=w.Layout(width="200px"))
         self.dp_label = w.HTML()
         self.readout = w.HTML()
-        self.time_out, self.memory_out, self.plans_out = w.Output(), w.Output(), w.Output()
+        # the charts share their row (flex from one basis, min_width 0 so a wide plot cannot push its box out of
+        # the notebook; plotly fills whatever width the box gets) and wrap to one column on narrow screens
+        chart = dict(flex=CHART_FLEX, min_width="0")
+        self.time_out, self.memory_out = w.Output(layout=w.Layout(**chart)), w.Output(layout=w.Layout(**chart))
+        # the best plans as an HTML table (plans_html): its value is the table, testable and kept in a saved
+        # notebook's widget state; a table wider than the area scrolls inside it rather than past it
+        self.plans_view = w.HTML(layout=w.Layout(max_width="100%", overflow="auto"))
         self.top = w.BoundedIntText(value=int(top), min=1, max=50, description="plans", layout=w.Layout(
             width="160px"))
         self.search_button = w.Button(description="find best plans", icon="search",
@@ -293,17 +418,19 @@ class Explorer:
         for widget in self.w.values():
             widget.observe(self._on_change, names="value")
         col = w.VBox
+        row = w.Layout(flex_flow="row wrap", width="100%")  # wrap rather than run past the output area
+        self.charts = w.HBox([self.time_out, self.memory_out], layout=row)
         self.widget = w.VBox([
             w.HBox([col([self.w["model"], self.w["system"], self.w["gpus"], self.w["global_batch"],
                          self.w["stack"]]),
                     col([self.w["tp"], self.w["pp"], self.w["cp"], self.dp_label, self.w["micro_batch"],
                          self.w["interleave"], self.w["ep"]]),
-                    col([self.w["recompute"], self.w["zero"], *[self.w[f] for f in self.FLAGS]])]),
+                    col([self.w["recompute"], self.w["zero"], *[self.w[f] for f in self.FLAGS]])], layout=row),
             self.readout,
-            w.HBox([self.time_out, self.memory_out]),
-            w.HBox([self.search_button, self.top, self.apply_button]),
-            self.plans_out,
-        ])
+            self.charts,
+            w.HBox([self.search_button, self.top, self.apply_button], layout=row),
+            self.plans_view,
+        ], layout=w.Layout(width="100%"))
         self._refresh_options()
         self.update()
 
@@ -372,19 +499,13 @@ class Explorer:
     def search(self):
         """Find the best plans for the current model, system, GPUs, batch and stack (:func:`best_plans`)."""
         v = self.values()
-        with self.plans_out:
-            from IPython.display import clear_output, display
-
-            clear_output(wait=True)
-            print(f"searching the plans of {v['model']} on {v['gpus']} GPUs of {v['system']} ...")
-            self.plans = best_plans(v["model"], v["system"], v["gpus"], v["global_batch"], top=self.top.value,
-                                    stack=v["stack"])
-            clear_output(wait=True)
-            if self.plans.empty:
-                print("no plan fits (or no tp·pp·dp split of the GPU count exists)")
-            else:
-                display(self.plans.style.format({"step_time_s": "{:.4g}", "tokens_per_s": "{:,.0f}",
-                                                 "mfu": "{:.1%}", "memory_gib_per_gpu": "{:.1f}"}))
+        self.plans_view.value = (f"<p><i>searching the plans of {v['model']} on {v['gpus']} GPUs of {v['system']}"
+                                 " ...</i></p>")
+        self.plans = best_plans(v["model"], v["system"], v["gpus"], v["global_batch"], top=self.top.value,
+                                stack=v["stack"])
+        # the compact view: fifteen knob columns would need a sideways scroll at ~1000 px
+        self.plans_view.value = ("<p>no plan fits (or no tp·pp·dp split of the GPU count exists)</p>"
+                                 if self.plans.empty else plans_html(self.plans))
         self.apply_button.disabled = self.plans is None or self.plans.empty
         return self.plans
 
@@ -660,11 +781,12 @@ def interactive_figure(study: str, figures_dir: str | Path = "figures"):
     from plotly.subplots import make_subplots
 
     cols, rows = _values(ds, spec.facet_col), _values(ds, spec.facet_row)
-    titles = [", ".join(f"{n} {_fmt(v)}" for n, v in ((spec.facet_row, r), (spec.facet_col, c)) if n)
-              for r in rows for c in cols]
+    titles = _panel_titles(spec, rows, cols)
+    # rows of panels share the x axis (one variable): tick labels only under the last row, where rotated
+    # category labels cannot run into the next row's panel titles
     fig = make_subplots(rows=len(rows), cols=len(cols), subplot_titles=titles if len(titles) > 1 else None,
-                        shared_yaxes=spec.kind != "parity", horizontal_spacing=0.06,
-                        vertical_spacing=0.12 if len(rows) > 1 else 0.08)
+                        shared_yaxes=spec.kind != "parity", shared_xaxes=len(rows) > 1 and spec.kind != "parity",
+                        horizontal_spacing=0.06, vertical_spacing=0.1 if len(rows) > 1 else 0.08)
     colors, dashes = _values(ds, spec.color), _values(ds, spec.dash)
     shown = set()
     for (i, row), (j, col) in product(enumerate(rows, 1), enumerate(cols, 1)):
@@ -698,6 +820,16 @@ def interactive_figure(study: str, figures_dir: str | Path = "figures"):
     if spec.kind in ("bar", "stack"):
         fig.update_layout(barmode="stack" if spec.kind == "stack" else "group")
     return _finish(fig, study, spec, ds, rows, cols)
+
+
+def _panel_titles(spec: FigureSpec, rows: list, cols: list) -> list[str]:
+    """Each panel's title, ``row-facet value, column-facet value``; one facet a line in every panel when one
+    title is wider than its panel (at ``DESIGN_WIDTH_PX``), then wrapped within the panel."""
+    parts = [[f"{n} {_fmt(v)}" for n, v in ((spec.facet_row, r), (spec.facet_col, c)) if n]
+             for r in rows for c in cols]
+    chars = _panel_chars(len(cols), SUBPLOT_TITLE_PX)
+    sep = "<br>" if any(len(", ".join(p)) > chars for p in parts) else ", "
+    return [_wrap(sep.join(p), chars) for p in parts]
 
 
 def _identity_line(fig, ds, spec, row, col, i, j) -> None:
@@ -742,14 +874,141 @@ def _gantt(study: str, spec: FigureSpec, ds):
     return _finish(fig, study, spec, ds, rows, [None])
 
 
+# The shared layout of every study's interactive figure, sized for a notebook output area of about 1000 px (the
+# narrow case: JupyterLab at 1366 px with the file browser open) and fine wider. Text is wrapped in characters
+# at these pixel widths per character (plotly's default font, a little generous).
+DESIGN_WIDTH_PX = 1000
+SUBPLOT_TITLE_PX, AXIS_TITLE_PX, TITLE_PX = 6.6, 7.2, 9.0  # per character at 12, 13 and 17 px
+SUBPLOT_TITLE_SIZE, AXIS_TITLE_SIZE = 12, 13
+ROW_HEIGHT_PX = 290  # each row of panels, plus the title, panel titles and the legend's rows
+LINE_PX = {"title": 24, "subtitle": 16, "panel": 16}
+TITLE_TOP_PX = 30  # the title's anchor below the figure's top (plotly draws its first line ~8 px above it)
+
+
+def _panel_chars(cols: int, px_per_char: float) -> int:
+    """Characters of text that fit across one of ``cols`` panels at ``DESIGN_WIDTH_PX`` (120 px of margins)."""
+    width = (DESIGN_WIDTH_PX - 120) / max(cols, 1) * (1 - 0.06 * (max(cols, 1) - 1) / max(cols, 1))
+    return max(int(width / px_per_char), 12)
+
+
+def _axis_of(trace, letter: str) -> str:
+    return (getattr(trace, f"{letter}axis", None) or letter).replace(letter, f"{letter}axis", 1)
+
+
+def _tick_text(value: float) -> str:
+    """A tick label spelling out its value: 0.001, 0.02, 5, 200, 1000, 20k, 5M, 1G, 100T; below 0.001 as
+    Python's ``g`` writes it (0.0005, 1e-5), from 1e15 up as 1e15, 1e18."""
+    if 1e4 <= value < 1e15:
+        for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if value >= scale:
+                return f"{float(f'{value / scale:.4g}'):g}{unit}"
+    if 1e-3 <= value < 1e15:
+        return f"{float(f'{value:.4g}'):g}"
+    mantissa, _, exponent = f"{value:.3g}".partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+
+
+def _nice_linear(lo: float, hi: float) -> list[float]:
+    """3 to 6 round values (steps of 1, 2 or 5 times a power of ten) within ``[lo, hi]``."""
+    for exponent in range(math.floor(math.log10(hi - lo)) + 1, math.floor(math.log10(hi - lo)) - 3, -1):
+        for mantissa in (5, 2, 1):
+            step = mantissa * 10.0**exponent
+            ticks = [k * step for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
+            if len(ticks) >= 3:
+                return ticks[:: math.ceil(len(ticks) / 6)]
+    return [lo, hi]
+
+
+def log_ticks(values, max_ticks: int = 9) -> dict:
+    """Tick settings for a log axis over ``values`` (its data): labels at the decades when three fit in the
+    data, else at 1-2-5 (at most ``max_ticks`` of them: a narrow panel takes two decades instead), else at round
+    linear steps (400, 420, ...) within a fraction of a decade; each label its full value (plotly's own log
+    ticks label 2 and 5 between the decades with a bare "2", "5", which read as values). Minor gridlines,
+    unlabelled, at the digits between."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size == 0:
+        return {}
+    lo, hi = float(v.min()), float(v.max())
+    e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    pad = 10 ** 0.03  # a tick just outside the data still shows within plotly's padded range
+    grid = [float(f"{m * 10.0**e:.12g}") for e in range(e0, e1 + 1) for m in range(1, 10)]
+    inside = [t for t in grid if lo / pad <= t <= hi * pad]
+
+    def at(mantissas):
+        return [t for t in inside if round(t / 10.0 ** math.floor(math.log10(t) + 1e-9)) in mantissas]
+
+    decades, steps = at((1,)), at((1, 2, 5))
+    if len(decades) >= 3:
+        major = decades
+    elif 3 <= len(steps) <= max_ticks:
+        major = steps
+    elif len(decades) == 2:
+        major = decades
+    else:
+        major = [float(f"{t:.12g}") for t in _nice_linear(lo, hi)] if hi > lo else [lo]
+    if len(major) > 9:  # many decades: every other (or third) one
+        major = major[:: math.ceil(len(major) / 8)]
+    digits = range(2, 10) if e1 - e0 <= 4 else (2, 5) if e1 - e0 <= 8 else ()  # fewer lines over more decades
+    minor = [t for t in grid if t not in major and round(t / 10.0 ** math.floor(math.log10(t) + 1e-9)) in digits]
+    return dict(tickmode="array", tickvals=major, ticktext=[_tick_text(t) for t in major],
+                minor=dict(tickmode="array", tickvals=minor, showgrid=True, gridcolor="#f4f4f4", ticks=""))
+
+
+TICK_LABEL_PX = 55  # room for one horizontal tick label ("0.001", "20k") and the gap to the next
+
+
+def _log_axes(fig, cols: int) -> None:
+    """Give every log axis :func:`log_ticks` of the data drawn on it (and on the axes it matches), as many
+    labels as fit across one of ``cols`` panels (x) or up a row (y)."""
+    room = {"x": _panel_chars(cols, 1.0) // TICK_LABEL_PX, "y": ROW_HEIGHT_PX // 30}
+    layout = fig.layout.to_plotly_json()
+    for letter in ("x", "y"):
+        names = [k for k in layout if k.startswith(f"{letter}axis") and layout[k].get("type") == "log"]
+        groups: dict[str, list] = {}
+        for name in names:
+            key = layout[name].get("matches")
+            groups.setdefault(f"{key.replace(letter, letter + 'axis', 1)}" if key else name, []).append(name)
+        for members in groups.values():
+            values = [np.asarray(getattr(t, letter), dtype=float) for t in fig.data
+                      if _axis_of(t, letter) in members and getattr(t, letter) is not None]
+            ticks = log_ticks(np.concatenate([v.ravel() for v in values]) if values else [],
+                              max_ticks=max(int(room[letter]), 3))
+            for name in members:
+                fig.layout[name].update(ticks)
+
+
 def _finish(fig, study, spec, ds, rows, cols):
     setting = ds.attrs.get("git_commit", "")
+    title = _wrap(f"{study}: {spec.title}", DESIGN_WIDTH_PX * 0.7 / TITLE_PX)  # clear of plotly's modebar
+    subtitle = (f"figures/{study}/{spec.dataset} (interactive version of {spec.figure})"
+                f"{', commit ' + setting[:12] if setting else ''}")
+    panel_lines = max((a.text.count("<br>") + 1 for a in fig.layout.annotations if a.text), default=0)
+    # the title block from the top of the figure down, then the first row's panel titles: the top margin holds
+    # both, so the title never sits on a panel title or on the y-axis titles (which are wrapped to their row)
+    top = TITLE_TOP_PX + LINE_PX["title"] * (title.count("<br>") + 1) + LINE_PX["subtitle"] + 8
+    top += LINE_PX["panel"] * panel_lines
+    fig.update_annotations(font_size=SUBPLOT_TITLE_SIZE)
+    for axis in fig.select_yaxes():
+        if axis.title.text:
+            axis.title.text = _wrap(axis.title.text, ROW_HEIGHT_PX * 0.8 / AXIS_TITLE_PX)
+    for axis in fig.select_xaxes():
+        if axis.title.text:
+            axis.title.text = _wrap(axis.title.text, _panel_chars(len(cols), AXIS_TITLE_PX))
+    fig.update_xaxes(automargin=True, title_font_size=AXIS_TITLE_SIZE, title_standoff=8)
+    fig.update_yaxes(automargin=True, title_font_size=AXIS_TITLE_SIZE, title_standoff=8)
+    _log_axes(fig, len(cols))
+    legend = [_label(ds, n) for n in (spec.color, spec.dash) if n and n in ds.variables]
+    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    height = top + ROW_HEIGHT_PX * len(rows) + 90 + 22 * math.ceil(entries / 5)
     fig.update_layout(
-        title=dict(text=f"{study}: {spec.title}<br><sup>figures/{study}/{spec.dataset} "
-                        f"(interactive version of {spec.figure}){', commit ' + setting[:12] if setting else ''}"
-                        "</sup>", x=0.01),
-        height=max(380, 300 * len(rows) + 80), template="plotly_white",
-        hovermode="closest", legend=dict(font=dict(size=10)), meta={"study": study, "dataset": spec.dataset})
+        title=dict(text=f"{title}<br><sup>{subtitle}</sup>", x=0.01, xanchor="left", yref="container",
+                   y=1 - TITLE_TOP_PX / height, yanchor="top"),
+        margin=dict(t=top, l=60, r=20, b=10),
+        height=height, autosize=True,
+        template="plotly_white", hovermode="closest",
+        legend=dict(LEGEND_BELOW, title=dict(text=" · ".join(legend) if legend else "", side="top")),
+        meta={"study": study, "dataset": spec.dataset})
     return fig
 
 

@@ -157,7 +157,6 @@ def test_parameters_are_fitted_only_where_there_are_runs():
     assert not any(owner == "megatron" for _, owner, _ in keys)  # the reference stack, nothing free
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (2026-12-06): the stored calibration predates the merged scale terms (NCCL's tree bandwidth, DeepSpeed's partition gathers); trainscale calibrate --cv --write did not finish on the shared machine")
 @pytest.mark.slow
 def test_calibration_fit_reproduces_stored_values():
     result = calibration.fit()

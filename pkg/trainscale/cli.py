@@ -364,7 +364,22 @@ def _search_options(args) -> dict:
     return {"stack": args.stack, "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
             "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
             "tp_async_backward": _on_off(args.tp_async_backward), "split_ends": SPLIT_ENDS[args.split_ends],
-            "allow_unrunnable": args.allow_unrunnable}
+            "allow_unrunnable": args.allow_unrunnable, "precision": args.precision, "fp8_recipe": args.fp8_recipe}
+
+
+def _precisions(args, system) -> list[tuple[str, str]]:
+    """``--precision`` and ``--fp8-recipe`` checked against the system (one line naming the flag if refused):
+    the ``(precision, recipe)`` pairs searched."""
+    from . import perfmodel
+
+    return perfmodel.precision_choices(system, args.precision, args.fp8_recipe, field_name="--precision",
+                                       recipe_field="--fp8-recipe")
+
+
+def _precision_text(choices: Sequence[tuple[str, str]]) -> str:
+    """``precision fp8 (recipe current)``; several: ``precisions bf16, fp8 (recipe current), ranked together``."""
+    names = ", ".join(p if p == "bf16" else f"{p} (recipe {r})" for p, r in choices)
+    return f"precision {names}" if len(choices) == 1 else f"precisions {names}, ranked together"
 
 
 def cmd_search(args) -> int:
@@ -372,6 +387,7 @@ def cmd_search(args) -> int:
     from .kernels import layout as K
 
     model, system, fixed, knobs = _search_inputs(args)
+    precisions = _precisions(args, system)
     space = search_space(model, system, args.gpus, args.global_batch, fixed, knobs)
     if args.space:
         print(_space_text(space))
@@ -390,12 +406,14 @@ def cmd_search(args) -> int:
                     "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
                     "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
                     "tp_async_backward": _on_off(args.tp_async_backward),
+                    "precision": [p for p, _ in precisions], "fp8_recipe": {p: r for p, r in precisions},
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1), **counts, "best": best,
                     **({} if best else {"reason": _no_plan_reason(summary, args)})})
         return 0
     print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch} sequences, "
-          f"stack {args.stack}" + ("" if args.stack != "megatron" else " (the default; --stack picks another)"))
+          f"stack {args.stack}" + ("" if args.stack != "megatron" else " (the default; --stack picks another)")
+          + f"; {_precision_text(precisions)}")
     print(f"plans evaluated: {counts['plans_evaluated']}, feasible: {counts['plans_feasible']} "
           f"(priced: {counts['plans_priced']}, the rest structurally invalid; --space lists the space); "
           f"the {args.stack} stack does not run {counts['plans_unrunnable']} of the priced plans "
@@ -487,6 +505,7 @@ def cmd_scale(args) -> int:
     from .io import write_dataset
 
     model, system, fixed, knobs = _search_inputs(args)
+    precisions = _precisions(args, system)
     counts = scaling.parse_gpus(args.gpus)
     if args.out and os.path.isdir(args.out):
         raise CLIError(f"--out = {args.out!r} is invalid; it is a folder, expected a file name such as scale.nc")
@@ -504,7 +523,8 @@ def cmd_scale(args) -> int:
         _dump_json(_scale_json(ds))
         return 0
     print(f"{model.name} on {system.name}, global batch {args.global_batch} sequences of {model.seq_len} tokens, "
-          f"stack {args.stack}; each count's best plan from `search`")
+          f"stack {args.stack}" + ("" if precisions == [("bf16", "none")] else f", {_precision_text(precisions)}")
+          + "; each count's best plan from `search`")
     print(_table(_scale_rows(ds)))
     baseline = ds.attrs["baseline_gpus"]
     print(f"lost: the share of the throughput per GPU at {baseline} GPUs (the smallest count with a plan) lost "
@@ -1031,6 +1051,13 @@ def _add_search_arguments(p, gpus_type, gpus_help: str, space_help: str) -> None
                    help="count the embedding, the loss or both as layers of every pipeline split (Megatron-Core's "
                         "--account-for-embedding/loss-in-pipeline-split): layer counts pp*interleave does not "
                         "divide become plans (default none)")
+    p.add_argument("--precision", default="bf16", metavar="FORMAT",
+                   help="number format of every plan's linear-layer GEMMs, as predict's plan.precision: bf16 (default), "
+                        "fp8 (Hopper and newer), mxfp8 or nvfp4 (Blackwell); several, comma-separated (bf16,fp8), are "
+                        "searched one after the other and ranked together")
+    p.add_argument("--fp8-recipe", default="", metavar="RECIPE",
+                   help="scaling recipe of the low precision, as predict's plan.fp8_recipe: fp8 current (default), "
+                        "delayed or blockwise; mxfp8 mxfp8; nvfp4 nvfp4")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

@@ -23,7 +23,7 @@ from .kernels.collectives import allreduce_time as _allreduce_time
 from .kernels.collectives import alltoall_time as _alltoall_time
 from .kernels.plan import (layer_costs, layer_fwd_bwd, out_link as _out_link, plan_costs,
                            power_draw, split_chunk_layers, step_straggler_time)
-from .specs import DEFAULT_STACK, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
+from .specs import DEFAULT_STACK, FP8_RECIPES, PRECISIONS, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
 GiB = 2.0**30
@@ -243,10 +243,49 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
     if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
         vec[K.C_EVEN_SPLIT] = 0.0
     vec[K.C_MOE_IMBALANCE] = plan.moe_imbalance
-    if plan.precision != "bf16":
-        rho = calibration_parameters(system.generation, calibration, plan.stack)["lowp_gemm_efficiency"]
-        precision_slots(vec, system, plan.precision, plan.recipe, rho)
+    return with_precision(vec, system, calibration, plan.stack, plan.precision, plan.recipe)
+
+
+def with_precision(vec: np.ndarray, system: SystemSpec, calibration: Mapping[str, float] | None, stack: str,
+                   precision: str, recipe: str) -> np.ndarray:
+    """``vec`` (a :func:`calibration_vector`) with ``precision`` and its scaling ``recipe`` written in
+    (:func:`precision_slots`, at the generation's fitted ``lowp_gemm_efficiency``); bf16 leaves it as it is.
+    What :func:`predict` (:func:`plan_calibration_vector`) and a search or grid in that precision both run."""
+    if precision != "bf16":
+        rho = calibration_parameters(system.generation, calibration, stack)["lowp_gemm_efficiency"]
+        precision_slots(vec, system, precision, recipe, rho)
     return vec
+
+
+def precision_choices(system: SystemSpec, precision: str | Sequence[str] = "bf16", fp8_recipe: str = "",
+                      field_name: str = "precision", recipe_field: str = "fp8_recipe") -> list[tuple[str, str]]:
+    """The ``(precision, recipe)`` pairs a search prices: ``precision`` one format of ``PRECISIONS`` or several
+    (a sequence, or comma-separated text such as ``"bf16,fp8"``), each with the recipe in force (``fp8_recipe``
+    for the low precisions, blank: the format's first, :data:`~trainscale.specs.FP8_RECIPES`; bf16's ``none``).
+    A format ``system`` has no tensor cores for is refused as :meth:`~trainscale.specs.PlanSpec.check_precision`
+    refuses it in :func:`predict`, naming ``field_name``; a recipe of another format naming ``recipe_field``."""
+    names = precision.split(",") if isinstance(precision, str) else list(precision)
+    names = [str(n).strip() for n in names]
+    if not names or "" in names:
+        raise SpecError(field_name, precision, f"expected one of {', '.join(PRECISIONS)} (or several, "
+                        "comma-separated)")
+    chosen = []
+    for name in names:
+        if name not in PRECISIONS:
+            raise SpecError(field_name, name, f"expected one of {', '.join(PRECISIONS)} (or several, comma-separated)")
+        try:
+            PlanSpec(precision=name).check_precision(system)
+        except SpecError as err:
+            raise SpecError(field_name, name, err.valid) from None
+        if name not in chosen:
+            chosen.append(name)
+    if fp8_recipe:
+        for name in [n for n in chosen if n != "bf16"] or chosen:
+            valid = FP8_RECIPES[name]
+            if fp8_recipe not in valid:
+                raise SpecError(recipe_field, fp8_recipe, f"expected one of {', '.join(valid)} for precision "
+                                f"{name} (or blank: {valid[0]})")
+    return [(name, fp8_recipe if fp8_recipe and name != "bf16" else FP8_RECIPES[name][0]) for name in chosen]
 
 
 def plan_fields(plan: PlanSpec) -> tuple:
@@ -632,15 +671,16 @@ def _check_split_ends(split_ends) -> None:
 def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapping | None = None,
                   stack: str = DEFAULT_STACK, compiled: bool = False, grad_reduce_fp32: bool = False,
                   recompute_share: float | None = None, rotary_kernel: str = "",
-                  tp_async_backward: bool | None = None, split_ends: int = 0, **axes: Iterable) -> xr.Dataset:
+                  tp_async_backward: bool | None = None, split_ends: int = 0, precision: str = "bf16",
+                  fp8_recipe: str = "", **axes: Iterable) -> xr.Dataset:
     """Evaluate every combination of the plan axes (``GRID_AXES``; each a list of values, default
     ``[1]`` / ``[0]`` / ``["full"]``) for one model, system, GPU count and global batch.
 
     Returns a Dataset with one dimension per axis; ``dp`` follows from the GPU count. Invalid or
     non-fitting plans stay in the grid with ``fits`` false and ``reason`` saying why; structurally
     invalid ones have NaN times. ``stack``, ``compiled``, ``grad_reduce_fp32``, ``recompute_share``,
-    ``rotary_kernel`` and ``tp_async_backward`` (one per grid; the share acts on the selective plans) are
-    those fields of every plan
+    ``rotary_kernel``, ``tp_async_backward``, ``precision`` and ``fp8_recipe`` (one per grid; the share acts on
+    the selective plans) are those fields of every plan
     (:class:`~trainscale.specs.PlanSpec`). ``split_ends`` counts the embedding (1), the loss (2) or
     both (3) as layers of every pipelined plan's split (``embedding_in_split`` / ``loss_in_split``,
     Megatron-Core's ``--account-for-*-in-pipeline-split``); a plan whose layers do not split so is
@@ -660,8 +700,10 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
-    calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
-                               rotary_kernel, tp_async_backward)
+    ((precision, recipe),) = _one_precision(system, precision, fp8_recipe)
+    calib = with_precision(calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32,
+                                              recompute_share, rotary_kernel, tp_async_backward),
+                           system, calibration, stack, precision, recipe)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
                                 *arrays, ep, int(split_ends))
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
@@ -671,7 +713,16 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     ds.attrs["recompute_share"] = "stack default" if recompute_share is None else float(recompute_share)
     if split_ends:
         ds.attrs["split_ends"] = int(split_ends)
+    if precision != "bf16":
+        ds.attrs.update(precision=precision, fp8_recipe=recipe)
     return ds
+
+
+def _one_precision(system: SystemSpec, precision, fp8_recipe: str) -> list[tuple[str, str]]:
+    choices = precision_choices(system, precision, fp8_recipe)
+    if len(choices) > 1:
+        raise SpecError("precision", precision, "expected one precision per grid (a search takes several)")
+    return choices
 
 
 def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list], model: ModelSpec,
@@ -776,7 +827,8 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            stack: str = DEFAULT_STACK, progress=None, compiled: bool = False, grad_reduce_fp32: bool = False,
            recompute_share: float | None = None, rotary_kernel: str = "",
            tp_async_backward: bool | None = None, split_ends: int = 0,
-           allow_unrunnable: bool = False) -> tuple[xr.Dataset, list[dict]]:
+           allow_unrunnable: bool = False, precision: str | Sequence[str] = "bf16",
+           fp8_recipe: str = "") -> tuple[xr.Dataset, list[dict]]:
     """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
     The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
@@ -796,23 +848,40 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     (:func:`evaluate_grid`) the pipeline split of every pipelined one. Plans the stack does not run
     (:mod:`trainscale.stackrules`, ``data/stack_rules.yaml``) are masked and counted by rule
     (``summary.attrs['plans_by_stack_rule']``) unless ``allow_unrunnable``.
+
+    ``precision`` (bf16, fp8, mxfp8, nvfp4) and ``fp8_recipe`` (blank: the format's first) are the number format
+    of every plan, priced as :func:`predict` prices that plan field (:func:`with_precision`) and carried by the
+    rows' plans; a format the system has no tensor cores for is refused (:func:`precision_choices`). Several
+    formats (a sequence, or ``"bf16,fp8"``) are searched one after the other and ranked together: the ``top``
+    fastest rows of all, the summary's counts the sums (``summary.attrs['precision']`` lists them).
     """
     from .confidence import plan_confidence
-    from .searchspace import CandidateStream, distinct_plans, fold_equal_plans, scan_space, space_summary
+    from .searchspace import (CandidateStream, distinct_plans, fold_equal_plans, merge_summaries, scan_space,
+                              space_summary)
 
     model = resolve_model(model)
     system = resolve_system(system)
+    choices = precision_choices(system, precision, fp8_recipe)
+    if len(choices) > 1:
+        found = [search(model, system, gpus, global_batch, top, space, calibration, rerank, stack, progress,
+                        compiled, grad_reduce_fp32, recompute_share, rotary_kernel, tp_async_backward, split_ends,
+                        allow_unrunnable, precision=p, fp8_recipe=r) for p, r in choices]
+        rows = sorted((row for _, ranked in found for row in ranked), key=lambda row: row["step_time_s"])
+        return merge_summaries([summary for summary, _ in found]), rows[:top]
+    ((precision, recipe),) = choices
     space = dict(space or default_space(model, system, gpus, global_batch))
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
-    calib = calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32, recompute_share,
-                               rotary_kernel, tp_async_backward)
+    calib = with_precision(calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32,
+                                              recompute_share, rotary_kernel, tp_async_backward),
+                           system, calibration, stack, precision, recipe)
     _check_split_ends(split_ends)
     prices = scan_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends,
                         stack_rules=None if allow_unrunnable else stack, fixed={"compiled": bool(compiled)})
     fixed = {"stack": stack, "allow_unrunnable": bool(allow_unrunnable), "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
              "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
-             "recompute_share": recompute_share, "split_ends": int(split_ends)}
+             "recompute_share": recompute_share, "split_ends": int(split_ends), "precision": precision,
+             "fp8_recipe": recipe}
     stream = CandidateStream(distinct_plans(prices))
     priced, rows = [], []
     count = max(top, rerank)
@@ -825,13 +894,16 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
         count = top - len(rows)
     for row in rows[:top]:
         row["confidence"] = plan_confidence(model, system, plan_from_grid_entry(row["plan"], global_batch), row["mfu"])
-    return space_summary(prices), rows[:top]
+    summary = space_summary(prices)
+    summary.attrs["precision"] = [precision]
+    return summary, rows[:top]
 
 
 def _reprice(entry: dict, model: ModelSpec, system: SystemSpec, global_batch: int, calibration, fixed: Mapping):
     """Give a ranked entry its search-wide plan fields and re-price it with :func:`predict` (pipeline simulated)."""
     plan = entry["plan"]
-    plan.update(stack=fixed["stack"], compiled=fixed["compiled"], grad_reduce_fp32=fixed["grad_reduce_fp32"])
+    plan.update(stack=fixed["stack"], compiled=fixed["compiled"], grad_reduce_fp32=fixed["grad_reduce_fp32"],
+                precision=fixed["precision"], fp8_recipe=fixed["fp8_recipe"])
     if fixed["rotary_kernel"]:
         plan["rotary_kernel"] = fixed["rotary_kernel"]
     if fixed["tp_async_backward"] is not None:
@@ -921,11 +993,12 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     first_stage_layers=int(p.get("first_stage_layers", 0)),
                     last_stage_layers=int(p.get("last_stage_layers", 0)),
                     embedding_in_split=bool(p.get("embedding_in_split", False)),
-                    loss_in_split=bool(p.get("loss_in_split", False)))
+                    loss_in_split=bool(p.get("loss_in_split", False)),
+                    precision=p.get("precision", "bf16"), fp8_recipe=p.get("fp8_recipe", ""))
 
 
 __all__ = ["Prediction", "predict", "UnrunnablePlanWarning", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
-           "plan_from_grid_entry", "EP_AXIS", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
+           "plan_from_grid_entry", "EP_AXIS", "with_precision", "precision_choices", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
            "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES", "plan_split",
            "chunk_layer_counts"]

@@ -375,8 +375,9 @@ def same_cost(a: Mapping | None, b: Mapping | None, rel_tol: float = FOLD_REL_TO
 
 
 def plan_differences(plan: Mapping, other: Mapping) -> dict:
-    """The plan axes (and dp) where ``plan`` differs from ``other``: name -> ``plan``'s value."""
-    names = GRID_AXES + (EP_AXIS, "dp")
+    """The plan axes (and dp, and the precision of a search of several) where ``plan`` differs from ``other``:
+    name -> ``plan``'s value."""
+    names = GRID_AXES + (EP_AXIS, "dp", "precision")
     return {k: plan.get(k) for k in names if plan.get(k) != other.get(k)}
 
 
@@ -431,7 +432,23 @@ def space_summary(prices: SpacePrices | SpaceScan) -> xr.Dataset:
                   for name, vals in prices.values.items()}})
 
 
-__all__ = ["LAYOUT_AXES", "FOLD_KNOBS", "FOLD_REL_TOL", "SpacePrices", "price_space", "SpaceScan", "scan_space",
+def merge_summaries(summaries: list[xr.Dataset]) -> xr.Dataset:
+    """One summary of the spaces of several searches (one per precision, :func:`trainscale.perfmodel.search`):
+    plans by reason and the counts added up, the stack rules' counts added rule by rule, the precisions listed."""
+    merged = summaries[0].copy(deep=True)
+    merged["plans"] = sum(s["plans"] for s in summaries).assign_attrs(summaries[0]["plans"].attrs)
+    for key in ("space_size", "plans_priced", "plans_feasible"):
+        merged.attrs[key] = int(sum(s.attrs[key] for s in summaries))
+    by_rule = {}
+    for s in summaries:
+        for rule, n in s.attrs["plans_by_stack_rule"].items():
+            by_rule[rule] = by_rule.get(rule, 0) + int(n)
+    merged.attrs["plans_by_stack_rule"] = by_rule
+    merged.attrs["precision"] = [p for s in summaries for p in s.attrs.get("precision", [])]
+    return merged
+
+
+__all__ = ["merge_summaries", "LAYOUT_AXES", "FOLD_KNOBS", "FOLD_REL_TOL", "SpacePrices", "price_space", "SpaceScan", "scan_space",
            "CANDIDATES", "space_values", "space_size",
            "distinct_plans", "CandidateStream", "same_cost", "fold_equal_plans", "fold_text", "differs_text",
            "plan_differences", "space_summary"]

@@ -228,6 +228,12 @@ def _check_papermill(out):
 SLURM_REASON = ("needs a SLURM cluster; tests/test_slurm.py runs the profile on one "
                 "(CI: .ci/slurm-up); here a dry run (-n) checks the command line and profile")
 
+def _check_search_precisions(out):
+    lines = out.splitlines()
+    assert lines[0].endswith("; precisions bf16, fp8 (recipe current), ranked together"), lines[0]
+    assert re.search(r"^\s+1\s+\d+\s+\d+.*\sfp8\s+current\s", out, re.M), out[:3000]
+
+
 COMMANDS = {
     # ## The two commands
     "make figures": NotRun(
@@ -253,6 +259,8 @@ COMMANDS = {
         Run(_check_scale, before=_clear_scale),
     "trainscale search --model gpt3-175b --system dgx-a100-80gb --gpus 384 --global-batch 1536 --fix tp=8 "
     "pp=12 --search interleave micro_batch recompute --json": Run(_check_search_fixed),
+    "trainscale search --model llama3-70b --system dgx-h100 --gpus 64 --global-batch 128 --precision bf16,fp8 "
+    "--top 3": Run(_check_search_precisions),
     "trainscale plan-cluster --model llama2-7b --system dgx-h100 --gpus 64,128,256 --tokens 2e12 --global-batch 512":
         Run(_check_plan_cluster),
     "trainscale validate": Run(_check_validate),

@@ -41,8 +41,10 @@ from .specs import RunSpec, SpecError, SystemSpec
 
 PRECISIONS = ("bf16", "fp8")
 # the performance model's overlap without its average contention slowdown (calibration.yaml's
-# overlap_compute_slowdown): this module prices the contention of each run itself
-IDEAL_OVERLAP = {"overlap_compute_slowdown": 0.0}
+# overlap_compute_slowdown): this module prices the contention of each run itself; and without stragglers
+# (straggler_spread): its modes split one node's step into compute, communication and the rest, which a wait
+# proportional to each mode's own length would not leave whole
+IDEAL_OVERLAP = {"overlap_compute_slowdown": 0.0, "straggler_spread": 0.0}
 MODES = ("sequential", "overlapped", "ideal")
 
 __all__ = [

@@ -9,7 +9,7 @@ passes through, for latency and throughput; they report no measurements. Borzuno
 settings, and the setup of its "14 real servers": 2x RTX 3060, 4x RTX 2080 Ti, 2x RTX 3090, 2x RTX A4000,
 4x RTX A5000 over 100-1000 Mbit/s links, 4 of them behind firewalls, clients of 8 CPU cores and no GPU. PETALS'
 router (bigscience-workshop/petals pull requests #358 and #362, their descriptions in the docs corpus): a shortest path over client-server
-latencies and compute costs, with a penalty for a server without cache room (:mod:`trainscale.kernels.swarm`).
+latencies and compute costs, with a penalty for a server without cache room (:func:`trainscale.swarm.route_costs`).
 The five GPUs are catalog entries with their datasheet sources (``data/systems.yaml``).
 
 **The paper's settings first** (:func:`petals_table`, ``petals.nc``): PETALS' placement and route, priced by

@@ -1093,9 +1093,53 @@ def stage_activation_bytes(act, chunks, pp, v, micro, d):
     return act * held_layers(chunks, pp, v, micro, d)
 
 
+# rows of a pipeline's memory shape (:func:`pipeline_memory_shape`): the first, most loaded middle and last device
+SHAPE_STAGES = 3
+
+
+@njit(cache=True)
+def pipeline_memory_shape(layers, pp, v, micro, first, last, ends, shape):
+    """What :func:`memory_components` needs of the pipeline, into ``shape[SHAPE_STAGES, 3]`` (int64): per candidate
+    device (first, most loaded middle, last; pp > 1) its layers and the two factors of its activations, ``act *
+    shape[k, 1] * shape[k, 2]`` in 1F1B (:func:`stage_activation_bytes`' ``L_d`` and ``min(m, p - d)``), ``act *
+    shape[k, 1]`` interleaved (:func:`held_layers`). It depends on the layout only (layers, pp, v, micro-batches
+    and the split), so the search computes it once per layout, not once per plan
+    (:func:`trainscale.kernels.grid.scan_layouts`); ``shape[0, 0] = -1`` marks it not computed."""
+    if pp == 1:
+        shape[:, :] = 0
+        shape[0, 0] = layers
+        return
+    chunks = split_chunk_layers(layers, pp, v, first, last, ends)
+    l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
+    for k in range(SHAPE_STAGES):
+        if k == 0:
+            d, n_l = 0, l_first
+        elif k == 1:
+            d, n_l = (middle_device(chunks) if pp > 2 else pp - 1), l_mid
+        else:
+            d, n_l = pp - 1, l_last
+        shape[k, 0] = n_l
+        if v == 1:
+            shape[k, 1] = chunks[0, d]
+            shape[k, 2] = micro if micro < pp - d else pp - d
+        else:
+            shape[k, 1] = held_layers(chunks, pp, v, micro, d)
+            shape[k, 2] = 1
+
+
 @njit(cache=True)
 def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out,
                       per_tensor=False, first=0, last=0, ends=0, etp=0):
+    """:func:`shaped_memory_components` with the pipeline's shape computed here (:func:`pipeline_memory_shape`)."""
+    shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)
+    pipeline_memory_shape(int(model[M_LAYERS]), pp, v, micro, first, last, ends, shape)
+    return shaped_memory_components(model, calib, lc, pp, v, zero, shard_ranks, e_shard_ranks, ep, tp, out,
+                                    per_tensor, etp, shape)
+
+
+@njit(cache=True)
+def shaped_memory_components(model, calib, lc, pp, v, zero, shard_ranks, e_shard_ranks, ep, tp, out, per_tensor, etp,
+                             shape):
     """Per-GPU memory of the most loaded pipeline stage, by component, into ``out[O_MEM_*]``;
     returns the total (bytes).
 
@@ -1118,8 +1162,6 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     """
     layers = int(model[M_LAYERS])
     t = float(tp)
-    chunks = split_chunk_layers(layers, pp, v, first, last, ends)
-    l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
     p_layer = model[M_PARAMS_LAYER] / t
     et = float(etp) if etp > 0 else t
     pe_layer = model[M_PARAMS_EXPERTS] / (et * ep) if model[M_EXPERTS] > 1.0 else 0.0
@@ -1140,18 +1182,18 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
             n_l = layers
             dense = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
             a = act * layers + lc[L_HEAD_BYTES]
-        elif k == 0:
-            n_l = l_first
-            dense = l_first * p_layer + model[M_PARAMS_EMBED] / t
-            a = stage_activation_bytes(act, chunks, pp, v, micro, 0)
-        elif k == 1 and pp > 2:
-            n_l = l_mid
-            dense = l_mid * p_layer
-            a = stage_activation_bytes(act, chunks, pp, v, micro, middle_device(chunks))
-        else:
-            n_l = l_last
-            dense = l_last * p_layer + model[M_PARAMS_HEAD] / t
-            a = stage_activation_bytes(act, chunks, pp, v, micro, pp - 1) + lc[L_HEAD_BYTES]
+            k_shape = 0
+        else:  # the same operations, in the same order, as stage_activation_bytes
+            k_shape = k if pp > 2 or k == 0 else 2
+            n_l = shape[k_shape, 0]
+            a = act * shape[k_shape, 1] * shape[k_shape, 2] if v == 1 else act * shape[k_shape, 1]
+            if k_shape == 0:
+                dense = n_l * p_layer + model[M_PARAMS_EMBED] / t
+            elif k_shape == 1:
+                dense = n_l * p_layer
+            else:
+                dense = n_l * p_layer + model[M_PARAMS_HEAD] / t
+                a = a + lc[L_HEAD_BYTES]
         experts = n_l * pe_layer
         weights = dense * w + experts * we
         grads = dense * g + experts * ge
@@ -1198,7 +1240,19 @@ def plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, z
     """The first part of :func:`plan_costs`: ``out`` set to NaN, then the plan's reason (structural, else
     ``R_MEMORY`` where its memory exceeds the GPU's, else ``R_OK``) and, unless structurally invalid, its
     memory (``O_MEM_*``); returns the reason. The search (:func:`trainscale.kernels.grid.scan_layouts`) times
-    only the plans this leaves feasible."""
+    only the plans this leaves feasible, through :func:`shaped_plan_memory`."""
+    shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)
+    shape[0, 0] = -1
+    return shaped_plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
+                              per_tensor, out, ep, first, last, ends, etp, shape)
+
+
+@njit(cache=True)
+def shaped_plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
+                       overlap, per_tensor, out, ep, first, last, ends, etp, shape):
+    """:func:`plan_memory` with the layout's :func:`pipeline_memory_shape` in ``shape`` (computed here when
+    ``shape[0, 0]`` is -1, else taken as the shape of this plan's layout): a caller that prices many plans of one
+    layout passes the same ``shape`` to all of them, and nothing is allocated per plan."""
     for i in range(out.shape[0]):
         out[i] = math.nan
     reason = structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0,
@@ -1212,8 +1266,10 @@ def plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, z
     e_shard = (n_shard * tp) // (ep * et) if et != tp else n_shard // ep
     if e_shard < 1:
         e_shard = 1
-    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
-                            per_tensor, first, last, ends, etp)
+    if shape[0, 0] < 0:
+        pipeline_memory_shape(int(model[M_LAYERS]), pp, v, micro, first, last, ends, shape)
+    mem = shaped_memory_components(model, calib, lc, pp, v, zero, n_shard * cp, e_shard * cp, ep, tp, out, per_tensor,
+                                   etp, shape)
     out[O_MEM_BYTES] = mem
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY

@@ -290,7 +290,7 @@ def _heap_offer(top_s, top_i, top_m, n, k, step, index, mem):
         top_s[0] = step
         top_i[0] = index
         top_m[0] = mem
-        _heap_sift_down(top_s, top_i, top_m, n, 0)
+        _heap_sift_down(top_s, top_i, top_m, n, np.int64(0))
     return n
 
 
@@ -322,7 +322,7 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
     top_s = np.empty(k)
     top_i = np.empty(k, dtype=np.int64)
     top_m = np.empty(k)
-    n_top = 0
+    n_top = np.int64(0)  # not a literal: one compiled _heap_offer
     out = np.empty(O_SIZE)
     first = last = etp = np.int64(0)  # not literals: the same compiled plan_memory / plan_time as predict's
     shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)  # the pipeline's memory shape, once per layout

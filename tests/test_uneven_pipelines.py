@@ -233,3 +233,34 @@ def test_search_with_the_ends_in_the_split_finds_interleaved_plans_of_126_layers
     assert perfmodel.predict(run).stage_layers[0] == [1] + [2] * 7
     with pytest.raises(SpecError, match="split_ends"):
         perfmodel.evaluate_grid("llama3-405b", "dgx-h100", 512, 256, split_ends=4, **space)
+
+
+# --------------------------------------------------------------------------- the memory shape, once per layout
+def test_pipeline_memory_shape_is_the_per_plan_arithmetic():
+    """The search computes a layout's pipeline memory shape once (issue 38 item 5:
+    :func:`~trainscale.kernels.plan.pipeline_memory_shape`) instead of per plan: its layers and activation bytes
+    of the first, most loaded middle and last device are, to the bit, what ``stage_activation_bytes`` of the
+    layout's chunks gives, for even and uneven default splits and every kind of explicit split."""
+    from trainscale.kernels.plan import middle_device, pipeline_memory_shape, stage_activation_bytes
+
+    act = 1.2345678901234567e7  # bytes per layer and micro-batch, any float
+    shape = np.empty((3, 3), dtype=np.int64)
+    checked = 0
+    for layers, pp, v, micro in itertools.product((30, 32, 61, 96, 126), (1, 2, 3, 4, 5, 8), (1, 2, 3, 4), (1, 3, 8, 40)):
+        if pp * v > layers or (pp == 1 and v > 1):
+            continue
+        splits = [(0, 0, 0)] + [(f, l, e) for f, l, e in itertools.product((0, v, 2 * v), (0, v, 3 * v), (0, 1, 2, 3))
+                                if (f or l or e) and pp > 1 and split_reason(layers, pp, v, f, l, e) == K.R_OK]
+        for first, last, ends in splits:
+            pipeline_memory_shape(layers, pp, v, micro, first, last, ends, shape)
+            if pp == 1:
+                assert shape[0, 0] == layers
+                continue
+            chunks = split_chunk_layers(layers, pp, v, first, last, ends)
+            stages = split_stage_layers(layers, pp, v, first, last, ends)
+            devices = (0, middle_device(chunks) if pp > 2 else pp - 1, pp - 1)
+            for k, d in enumerate(devices):
+                a = act * shape[k, 1] * shape[k, 2] if v == 1 else act * shape[k, 1]
+                assert shape[k, 0] == stages[k] and a == stage_activation_bytes(act, chunks, pp, v, micro, d)
+            checked += 1
+    assert checked > 500, checked

@@ -20,9 +20,9 @@ def data_path(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def _yaml(name: str) -> dict:
-    from .inputs import load_yaml  # strict: a catalog entry given twice is an error, not an override
+    from .inputs import CatalogLoader, load_yaml  # strict: a catalog entry given twice is an error, not an override
 
-    return load_yaml(data_path(name))
+    return load_yaml(data_path(name), CatalogLoader)
 
 
 def systems() -> dict:

@@ -19,12 +19,23 @@ compares with the plan's predicted ``mfu``); ``above_best_measured`` flags a pla
 more than ``left_out_error`` (``mfu > best * (1 + error)``): an optimum no measurement supports.
 ``best_measured_mfu_stack`` and ``above_best_measured_stack`` do the same with the runs of the plan's stack
 on that generation only.
+
+Both need the measured runs of the plan's generation only, each predicted once for its MFU
+(:func:`measured_table`): seconds for the ~1,600 Ampere runs, so the rows are kept on disk next to Numba's
+cache, under a hash of the data files, the package's source and its version (:func:`table_key`), and a
+new process reads them back instead of predicting them again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import math
+import os
+import tempfile
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -74,24 +85,122 @@ def measured_mfu(m) -> float:
     return model_flops / step / m.run.system.peak_flops_bf16
 
 
-@functools.lru_cache(maxsize=None)
-def measured_table() -> tuple[dict, ...]:
-    """Every measured run (vTrain's single-node runs included) with its stack, generation, mechanisms,
-    size, GPUs, measured MFU and its dataset's left-out MAPE (NaN where the dataset is not fitted)."""
+TABLE_FIELDS = ("id", "dataset", "stack", "generation", "mechanisms", "params", "gpus", "mfu", "left_out_error")
+# bump when the rows' form or how they are computed changes in a way the hashed files do not show
+TABLE_FORMAT = 1
+
+
+def _table_rows(runs, errors) -> list[dict]:
+    return [{"id": m.run.id, "dataset": m.dataset, "stack": m.run.plan.stack,
+             "generation": m.run.system.generation, "mechanisms": mechanisms(m.run.plan, m.run.system),
+             "params": m.run.model.params(), "gpus": m.run.gpus, "mfu": measured_mfu(m),
+             "left_out_error": float(err)} for m, err in zip(runs, errors)]
+
+
+def _compute_table(generation: str | None) -> list[dict]:
+    """The rows of :func:`measured_table`, predicted here (only those of ``generation`` if given)."""
     from . import validation
 
     runs = validation.measured_runs(validation.vtrain_dir(), include_vtrain_single=True)
-    errors = validation.left_out_mape([m.dataset for m in runs])
-    return tuple({"id": m.run.id, "dataset": m.dataset, "stack": m.run.plan.stack,
-                  "generation": m.run.system.generation, "mechanisms": mechanisms(m.run.plan, m.run.system),
-                  "params": m.run.model.params(), "gpus": m.run.gpus, "mfu": measured_mfu(m),
-                  "left_out_error": float(err)} for m, err in zip(runs, errors))
+    if generation is not None:
+        runs = [m for m in runs if m.run.system.generation == generation]
+    return _table_rows(runs, validation.left_out_mape([m.dataset for m in runs]))
+
+
+@functools.lru_cache(maxsize=None)
+def table_key() -> str:
+    """What the measured table depends on, hashed: the package version, :data:`TABLE_FORMAT`, every file of
+    ``trainscale/data`` (calibration, fitted calibration with its left-out errors, catalogs, measured runs,
+    vTrain's) and the package's Python source (the model that predicts each run; an editable install changes it
+    without a new version)."""
+    from . import __version__
+
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256(f"{__version__} {TABLE_FORMAT}".encode())
+    files = sorted(p for p in package.rglob("*") if p.is_file() and (p.suffix == ".py" or "data" in
+                                                                        p.relative_to(package).parts[:1]))
+    for path in files:
+        digest.update(str(path.relative_to(package)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:24]
+
+
+def table_cache_dir() -> Path:
+    """Where the measured table is kept between processes: in Numba's cache folder, the one
+    :mod:`trainscale.kernels` chooses (under ``NUMBA_CACHE_DIR``, else the checkout's ``.numba_cache``, else the
+    user's cache folder)."""
+    import numba
+
+    from . import kernels  # noqa: F401  (sets numba.config.CACHE_DIR)
+
+    return Path(numba.config.CACHE_DIR)
+
+
+def _table_path(generation: str | None) -> Path:
+    return table_cache_dir() / f"trainscale-measured-table-{generation or 'all'}-{table_key()}.json"
+
+
+def _read_table(path: Path, generation: str | None) -> list[dict] | None:
+    """The cached rows at ``path``, or None where there are none or they are not this table's (corrupt, partial,
+    of another key or form)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        rows = data["rows"]
+        ok = (data["key"] == table_key() and data["generation"] == generation and isinstance(rows, list)
+              and all(isinstance(r, dict) and tuple(r) == TABLE_FIELDS and tuple(r["mechanisms"]) == tuple(MECHANISMS)
+                      for r in rows))
+        return rows if ok else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_table(path: Path, generation: str | None, rows: list[dict]) -> None:
+    """Write the rows atomically (a temporary file renamed over ``path``) and remove this generation's tables of
+    other keys; a folder that cannot be written is left as it is (the table is then computed per process)."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
+                                         suffix=".tmp", delete=False) as fh:
+            tmp = fh.name
+            json.dump({"key": table_key(), "generation": generation, "rows": rows}, fh)
+        os.replace(tmp, path)
+        tmp = None
+        for old in path.parent.glob(f"trainscale-measured-table-{generation or 'all'}-*.json"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    except (OSError, TypeError, ValueError):  # unwritable folder, a value JSON does not hold: not cached
+        pass
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+@functools.lru_cache(maxsize=None)
+def measured_table(generation: str | None = None, use_cache: bool = True) -> tuple[dict, ...]:
+    """Every measured run (vTrain's single-node runs included; only those on ``generation`` if given) with its
+    stack, generation, mechanisms, size, GPUs, measured MFU and its dataset's left-out MAPE (NaN where the
+    dataset is not fitted), in :func:`trainscale.validation.measured_runs`' order.
+
+    Predicting every run takes seconds, so the rows are kept on disk (:func:`table_cache_dir`, one JSON file per
+    generation named by :func:`table_key`) and read back by later processes; a missing, corrupt or stale file
+    is recomputed and rewritten. ``use_cache=False`` computes them here and touches no file."""
+    if not use_cache:
+        return tuple(_compute_table(generation))
+    path = _table_path(generation)
+    rows = _read_table(path, generation)
+    if rows is None:
+        rows = _compute_table(generation)
+        _write_table(path, generation, rows)
+    return tuple(rows)
 
 
 def best_measured_mfu(generation: str, stack: str | None = None) -> tuple[float, str] | None:
     """The highest measured MFU on ``generation`` (of ``stack``'s runs only, if given) and the run that
     reached it (None: nothing measured)."""
-    rows = [r for r in measured_table() if r["generation"] == generation and stack in (None, r["stack"])]
+    rows = [r for r in measured_table(generation) if stack in (None, r["stack"])]
     if not rows:
         return None
     best = max(rows, key=lambda r: r["mfu"])
@@ -108,7 +217,7 @@ def nearest_run(model, system: SystemSpec, plan: PlanSpec) -> dict | None:
     """The nearest measured run of the plan's stack and generation with a stored left-out error (module
     docstring), or None where there is none."""
     mech = mechanisms(plan, system)
-    rows = [r for r in measured_table() if r["stack"] == plan.stack and r["generation"] == system.generation
+    rows = [r for r in measured_table(system.generation) if r["stack"] == plan.stack
             and np.isfinite(r["left_out_error"])]
     if not rows:
         return None
@@ -159,5 +268,5 @@ def above_text(conf: Mapping) -> str:
     return ", ".join(parts) or "-"
 
 
-__all__ = ["MECHANISMS", "mechanisms", "measured_mfu", "measured_table", "best_measured_mfu", "nearest_run",
+__all__ = ["MECHANISMS", "mechanisms", "measured_mfu", "measured_table", "table_key", "table_cache_dir", "best_measured_mfu", "nearest_run",
            "plan_confidence", "confidence_text", "above_text"]

@@ -52,20 +52,8 @@ def one_line(text: Any, limit: int = MAX_MESSAGE) -> str:
 
 
 # --------------------------------------------------------------------------- YAML
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with duplicate keys and deep nesting refused (as ``yaml.YAMLError``)."""
-
-    _depth = 0
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+class _NoDuplicateKeys:
+    """A constructor that refuses a mapping's duplicate keys (as ``yaml.YAMLError``)."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -84,6 +72,32 @@ class StrictLoader(yaml.SafeLoader):
                         f"found duplicate key {short_repr(key)}", key_node.start_mark)
                 seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+class StrictLoader(_NoDuplicateKeys, yaml.SafeLoader):
+    """PyYAML's safe loader with duplicate keys and deep nesting refused (as ``yaml.YAMLError``)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+# The package's own catalogs (trainscale/data) are parsed by libyaml where PyYAML has it: the pure-Python parser
+# took ~0.5 s of every command for them. Duplicate keys are refused the same way and the documents are the same
+# (tests/test_inputs.py compares every catalog); the nesting limit is left to StrictLoader, for what users give.
+if getattr(yaml, "__with_libyaml__", False):
+    class CatalogLoader(_NoDuplicateKeys, yaml.CSafeLoader):
+        """:class:`StrictLoader` for the shipped catalogs, on libyaml's parser (no nesting limit)."""
+else:  # pragma: no cover - PyYAML built without libyaml
+    CatalogLoader = StrictLoader
 
 
 def _expanded_size(root) -> int:
@@ -110,11 +124,12 @@ def _mark(exc: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
 
 
-def load_yaml_text(text: str, where: str = "<input>") -> Any:
-    """Parse one YAML document strictly (see the module docstring); errors as :class:`InputError`."""
+def load_yaml_text(text: str, where: str = "<input>", loader_class=StrictLoader) -> Any:
+    """Parse one YAML document strictly (see the module docstring); errors as :class:`InputError`.
+    ``loader_class``: :class:`StrictLoader`, or :class:`CatalogLoader` for the package's own files."""
     loader = None
     try:
-        loader = StrictLoader(text)
+        loader = loader_class(text)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -131,8 +146,9 @@ def load_yaml_text(text: str, where: str = "<input>") -> Any:
             loader.dispose()
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Read and parse a YAML file strictly; a missing, unreadable or malformed file is an :class:`InputError`."""
+def load_yaml(path: str | Path, loader_class=StrictLoader) -> Any:
+    """Read and parse a YAML file strictly; a missing, unreadable or malformed file is an :class:`InputError`
+    (``loader_class`` as :func:`load_yaml_text`)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(str(path), "no such file" if not p.exists() else "not a file")
@@ -140,7 +156,7 @@ def load_yaml(path: str | Path) -> Any:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(str(path), f"cannot read: {one_line(exc, 200)}") from None
-    return load_yaml_text(text, str(path))
+    return load_yaml_text(text, str(path), loader_class)
 
 
 # --------------------------------------------------------------------------- results

@@ -832,9 +832,9 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
     The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
-    valid layouts (:func:`trainscale.searchspace.price_space`); the best ``max(top, rerank)`` plans in that
-    order (a tie at the cut taken whole) are re-priced by :func:`predict`, which simulates their pipelines,
-    re-ranked and folded (:func:`trainscale.searchspace.fold_equal_plans`: equal step time and memory, same
+    valid layouts in one pass that keeps only the fastest plans (:func:`trainscale.searchspace.scan_space`); the
+    best ``max(top, rerank)`` plans in that order (a tie at the cut taken whole) are re-priced by :func:`predict`,
+    which simulates their pipelines, re-ranked and folded (:func:`trainscale.searchspace.fold_equal_plans`: equal step time and memory, same
     layout, differing only in settings such as recompute none / selective under flash attention); more plans
     are re-priced until ``top`` distinct ones are found or the space runs out. Returns ``(summary, ranked)``:
     ``summary`` (:func:`trainscale.searchspace.space_summary`) counts the space's plans by reason, ``ranked``

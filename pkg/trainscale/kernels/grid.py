@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .layout import L_SIZE, O_MEM_BYTES, O_REASON, O_SIZE, O_STEP, R_GPUS, R_MEMORY, R_OK, R_STACK_RULE
-from .plan import layer_costs, plan_costs, plan_memory, plan_time, structural_reason
+from .plan import SHAPE_STAGES, layer_costs, plan_costs, plan_time, shaped_plan_memory, structural_reason
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
@@ -290,7 +290,7 @@ def _heap_offer(top_s, top_i, top_m, n, k, step, index, mem):
         top_s[0] = step
         top_i[0] = index
         top_m[0] = mem
-        _heap_sift_down(top_s, top_i, top_m, n, 0)
+        _heap_sift_down(top_s, top_i, top_m, n, np.int64(0))
     return n
 
 
@@ -302,7 +302,8 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
     order and flat index), keeping no per-plan array: chunk ``chunk`` of ``n_chunks`` takes the blocks
     ``chunk, chunk + n_chunks, ...`` (one block: a layout, recompute, sequence_parallel and zero).
 
-    Each plan's reason and memory come first (:func:`~trainscale.kernels.plan.plan_memory`); only a plan that
+    Each plan's reason and memory come first (:func:`~trainscale.kernels.plan.plan_memory`, the pipeline's part of
+    the memory computed once per layout: :func:`~trainscale.kernels.plan.shaped_plan_memory`); only a plan that
     fits and that the stack runs is timed (:func:`~trainscale.kernels.plan.plan_time`). ``rule_id[i]`` (int8;
     empty: no stack rules) is the first stack rule plan ``i`` breaks, 1-based (0: none); a plan that fits or
     does not fit only for memory and breaks one gets ``R_STACK_RULE``, counted per rule. Returns ``(counts
@@ -321,14 +322,19 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
     top_s = np.empty(k)
     top_i = np.empty(k, dtype=np.int64)
     top_m = np.empty(k)
-    n_top = 0
+    n_top = np.int64(0)  # not a literal: one compiled _heap_offer
     out = np.empty(O_SIZE)
     first = last = etp = np.int64(0)  # not literals: the same compiled plan_memory / plan_time as predict's
+    shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)  # the pipeline's memory shape, once per layout
+    shape_layout = -1
     for b in range(chunk, n_blocks, n_chunks):
         i_zero = b % n_zero
         i_sp = (b // n_zero) % n_sp
         i_rc = (b // (n_zero * n_sp)) % n_rc
         n = b // (n_zero * n_sp * n_rc)
+        if n != shape_layout:
+            shape[0, 0] = -1  # computed by the layout's first plan that is structurally valid
+            shape_layout = n
         base = (layout_key[n] * n_rc + i_rc) * n_sp * n_fl * n_tpo * n_ep
         tp, pp, cp, v, mb = layouts[n, 0], layouts[n, 1], layouts[n, 2], layouts[n, 3], layouts[n, 4]
         dp = gpus // (tp * pp * cp)  # a valid layout: tp*pp*cp divides the GPUs
@@ -345,9 +351,10 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
                                 lc = table[base + ((i_sp * n_fl + i_fl) * n_tpo + i_tpo) * n_ep + i_ep]
                                 overlap = ovl_v[i_ovl] != 0
                                 per_tensor = tensor_v[i_ten] != 0
-                                reason = plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb,
-                                                     global_batch, rc, zero, shard_v[i_shard], overlap, per_tensor,
-                                                     out, ep_v[i_ep], first, last, plan_ends, etp)
+                                reason = shaped_plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb,
+                                                            global_batch, rc, zero, shard_v[i_shard], overlap,
+                                                            per_tensor, out, ep_v[i_ep], first, last, plan_ends, etp,
+                                                            shape)
                                 rule = rule_id[i] if ruled else 0
                                 if rule > 0 and (reason == R_OK or reason == R_MEMORY):
                                     counts[R_STACK_RULE] += 1

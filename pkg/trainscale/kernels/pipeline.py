@@ -57,7 +57,7 @@ def ops_per_device(schedule, v, m):
     return v * m * (3 if schedule == ZB_H1 else 2)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # inlined: its literal arguments made ten specialisations
 def _put(kind, stage, mb, d, pos, op, virtual_stage, micro_batch):
     """Append one op to device ``d``'s order; returns the next position."""
     kind[d, pos] = op

@@ -55,6 +55,8 @@ import math
 import numpy as np
 from numba import njit
 
+# An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
+# callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
 from .collectives import allgather_time, allreduce_time, alltoall_time, group_split, p2p_time, tier_link
 from .scale import straggler_time_s
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
@@ -300,8 +302,8 @@ def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance):
         a2a = alltoall_time(sent, ep, et, domain, bw_up, lat_up, bw_a, lat_a, eff)
     gather = 0.0
     if et > 1:
-        bw_g, lat_g = out_link(system, et, 1)
-        gather = allgather_time(sent * et, et, 1, domain, bw_up, lat_up, bw_g, lat_g, eff)
+        bw_g, lat_g = out_link(system, et, np.int64(1))
+        gather = allgather_time(sent * et, et, np.int64(1), domain, bw_up, lat_up, bw_g, lat_g, eff)
     return 2.0 * (a2a + gather)
 
 
@@ -375,7 +377,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     itp = int(tp)
 
     # GEMMs of one layer (tensor-parallel shard)
-    f_qkv, b_qkv = gemm_fwd_bwd_time(im, (iqw + 2 * ikv) // itp, ih, 1, lin, hbm, sms, calib)
+    f_qkv, b_qkv = gemm_fwd_bwd_time(im, (iqw + 2 * ikv) // itp, ih, np.int64(1), lin, hbm, sms, calib)
     heads_local = ib * ia // itp
     if flash:  # fused attention: the s x s scores stay on chip
         f_sc, b_sc = fused_attention_fwd_bwd_time(isc, is_, int(d), heads_local, peak, hbm, sms, calib)
@@ -389,9 +391,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         b_sc *= causal
         f_av *= causal
         b_av *= causal
-    f_o, b_o = gemm_fwd_bwd_time(im, ih, iqw // itp, 1, lin, hbm, sms, calib)
-    f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, 1, lin, hbm, sms, calib)
-    f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, 1, lin, hbm, sms, calib)
+    f_o, b_o = gemm_fwd_bwd_time(im, ih, iqw // itp, np.int64(1), lin, hbm, sms, calib)
+    f_up, b_up = gemm_fwd_bwd_time(im, (int(nf) - 1) * if_ // itp, ih, np.int64(1), lin, hbm, sms, calib)
+    f_dn, b_dn = gemm_fwd_bwd_time(im, ih, if_ // itp, np.int64(1), lin, hbm, sms, calib)
     experts = int(model[M_EXPERTS])
     moe = experts > 1
     routed = 0.0  # token copies of the micro-batch's tokens (mixture of experts)
@@ -405,13 +407,13 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         rows = int(math.ceil(received / local)) if iet == itp else int(math.ceil(received * (et / t) / local))
         f_up, b_up = gemm_fwd_bwd_time(rows, (int(nf) - 1) * if_ // iet, ih, local, lin, hbm, sms, calib)
         f_dn, b_dn = gemm_fwd_bwd_time(rows, ih, if_ // iet, local, lin, hbm, sms, calib)
-        f_rt, b_rt = gemm_fwd_bwd_time(im // itp, experts, ih, 1, peak, hbm, sms, calib)
+        f_rt, b_rt = gemm_fwd_bwd_time(im // itp, experts, ih, np.int64(1), peak, hbm, sms, calib)
         f_up += f_rt
         b_up += b_rt
         if model[M_SHARED_FFN] > 0.0:  # shared experts: a dense FFN every token passes, tp-sharded
             ifs = int(model[M_SHARED_FFN])
-            f_su, b_su = gemm_fwd_bwd_time(im, (int(nf) - 1) * ifs // itp, ih, 1, lin, hbm, sms, calib)
-            f_sd, b_sd = gemm_fwd_bwd_time(im, ih, ifs // itp, 1, lin, hbm, sms, calib)
+            f_su, b_su = gemm_fwd_bwd_time(im, (int(nf) - 1) * ifs // itp, ih, np.int64(1), lin, hbm, sms, calib)
+            f_sd, b_sd = gemm_fwd_bwd_time(im, ih, ifs // itp, np.int64(1), lin, hbm, sms, calib)
             f_up += f_su
             b_up += b_su
             f_dn += f_sd
@@ -465,11 +467,11 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     eff = calib[C_NET_EFF]
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
     msg = BYTES * m * h
-    bw_t, lat_t = out_link(system, itp, 1)
+    bw_t, lat_t = out_link(system, itp, np.int64(1))
     if sp:
-        one = 2.0 * allgather_time(msg, itp, 1, domain, bw_up, lat_up, bw_t, lat_t, eff)
+        one = 2.0 * allgather_time(msg, itp, np.int64(1), domain, bw_up, lat_up, bw_t, lat_t, eff)
     else:
-        one = allreduce_time(msg, itp, 1, domain, bw_up, lat_up, bw_t, lat_t, eff)
+        one = allreduce_time(msg, itp, np.int64(1), domain, bw_up, lat_up, bw_t, lat_t, eff)
     tp_pass = 2.0 * one
     tp_fwd = tp_pass
     tp_bwd = tp_pass
@@ -555,7 +557,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 
     # output projection + cross-entropy on the last stage (fp32 logits kept for the loss): the
     # stack's loss streams its bytes per logit element of this GPU's vocabulary shard
-    f_head, b_head = gemm_fwd_bwd_time(im, int(vocab) // itp, ih, 1, peak, hbm, sms, calib)
+    f_head, b_head = gemm_fwd_bwd_time(im, int(vocab) // itp, ih, np.int64(1), peak, hbm, sms, calib)
     logits = m * vocab / t
     loss_fwd = memory_bound_time(calib[C_LOSS_FWD_BYTES] * logits, calib[C_LOSS_FWD_KERNELS], hbm, calib)
     loss_bwd = memory_bound_time(calib[C_LOSS_BWD_BYTES] * logits, calib[C_LOSS_BWD_KERNELS], hbm, calib)
@@ -822,7 +824,7 @@ def split_stage_layers(layers, pp, v, first, last, ends):
     return per_device[0], mid, per_device[pp - 1]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def interleaved_op(p, v, d, step, forward):
     """(chunk, micro-batch) of forward or backward micro-step ``step`` of device ``d`` in Megatron's
     interleaved schedule (the order of :func:`trainscale.kernels.pipeline.build_orders`)."""
@@ -1014,7 +1016,7 @@ def p2p_stage_time(model, system, calib, tp, pp, dp, cp, v, mb):
     domain = int(system[S_SCALE_UP_DOMAIN])
     n_in, n_out = group_split(pp, tp * cp * dp, domain)
     p2p_bytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN] / float(tp)
-    bw_p, lat_p = out_link(system, 2, tp * cp * dp)
+    bw_p, lat_p = out_link(system, np.int64(2), tp * cp * dp)
     return 2.0 * v * p2p_time(p2p_bytes, n_out > 1, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_p, lat_p,
                               calib[C_NET_EFF])
 
@@ -1093,9 +1095,53 @@ def stage_activation_bytes(act, chunks, pp, v, micro, d):
     return act * held_layers(chunks, pp, v, micro, d)
 
 
+# rows of a pipeline's memory shape (:func:`pipeline_memory_shape`): the first, most loaded middle and last device
+SHAPE_STAGES = 3
+
+
+@njit(cache=True)
+def pipeline_memory_shape(layers, pp, v, micro, first, last, ends, shape):
+    """What :func:`memory_components` needs of the pipeline, into ``shape[SHAPE_STAGES, 3]`` (int64): per candidate
+    device (first, most loaded middle, last; pp > 1) its layers and the two factors of its activations, ``act *
+    shape[k, 1] * shape[k, 2]`` in 1F1B (:func:`stage_activation_bytes`' ``L_d`` and ``min(m, p - d)``), ``act *
+    shape[k, 1]`` interleaved (:func:`held_layers`). It depends on the layout only (layers, pp, v, micro-batches
+    and the split), so the search computes it once per layout, not once per plan
+    (:func:`trainscale.kernels.grid.scan_layouts`); ``shape[0, 0] = -1`` marks it not computed."""
+    if pp == 1:
+        shape[:, :] = 0
+        shape[0, 0] = layers
+        return
+    chunks = split_chunk_layers(layers, pp, v, first, last, ends)
+    l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
+    for k in range(SHAPE_STAGES):
+        if k == 0:
+            d, n_l = 0, l_first
+        elif k == 1:
+            d, n_l = (middle_device(chunks) if pp > 2 else pp - 1), l_mid
+        else:
+            d, n_l = pp - 1, l_last
+        shape[k, 0] = n_l
+        if v == 1:
+            shape[k, 1] = chunks[0, d]
+            shape[k, 2] = micro if micro < pp - d else pp - d
+        else:
+            shape[k, 1] = held_layers(chunks, pp, v, micro, d)
+            shape[k, 2] = 1
+
+
 @njit(cache=True)
 def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard_ranks, ep, tp, out,
                       per_tensor=False, first=0, last=0, ends=0, etp=0):
+    """:func:`shaped_memory_components` with the pipeline's shape computed here (:func:`pipeline_memory_shape`)."""
+    shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)
+    pipeline_memory_shape(int(model[M_LAYERS]), pp, v, micro, first, last, ends, shape)
+    return shaped_memory_components(model, calib, lc, pp, v, zero, shard_ranks, e_shard_ranks, ep, tp, out,
+                                    per_tensor, etp, shape)
+
+
+@njit(cache=True)
+def shaped_memory_components(model, calib, lc, pp, v, zero, shard_ranks, e_shard_ranks, ep, tp, out, per_tensor, etp,
+                             shape):
     """Per-GPU memory of the most loaded pipeline stage, by component, into ``out[O_MEM_*]``;
     returns the total (bytes).
 
@@ -1118,8 +1164,6 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
     """
     layers = int(model[M_LAYERS])
     t = float(tp)
-    chunks = split_chunk_layers(layers, pp, v, first, last, ends)
-    l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
     p_layer = model[M_PARAMS_LAYER] / t
     et = float(etp) if etp > 0 else t
     pe_layer = model[M_PARAMS_EXPERTS] / (et * ep) if model[M_EXPERTS] > 1.0 else 0.0
@@ -1140,18 +1184,18 @@ def memory_components(model, calib, lc, pp, v, micro, zero, shard_ranks, e_shard
             n_l = layers
             dense = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
             a = act * layers + lc[L_HEAD_BYTES]
-        elif k == 0:
-            n_l = l_first
-            dense = l_first * p_layer + model[M_PARAMS_EMBED] / t
-            a = stage_activation_bytes(act, chunks, pp, v, micro, 0)
-        elif k == 1 and pp > 2:
-            n_l = l_mid
-            dense = l_mid * p_layer
-            a = stage_activation_bytes(act, chunks, pp, v, micro, middle_device(chunks))
-        else:
-            n_l = l_last
-            dense = l_last * p_layer + model[M_PARAMS_HEAD] / t
-            a = stage_activation_bytes(act, chunks, pp, v, micro, pp - 1) + lc[L_HEAD_BYTES]
+            k_shape = 0
+        else:  # the same operations, in the same order, as stage_activation_bytes
+            k_shape = k if pp > 2 or k == 0 else 2
+            n_l = shape[k_shape, 0]
+            a = act * shape[k_shape, 1] * shape[k_shape, 2] if v == 1 else act * shape[k_shape, 1]
+            if k_shape == 0:
+                dense = n_l * p_layer + model[M_PARAMS_EMBED] / t
+            elif k_shape == 1:
+                dense = n_l * p_layer
+            else:
+                dense = n_l * p_layer + model[M_PARAMS_HEAD] / t
+                a = a + lc[L_HEAD_BYTES]
         experts = n_l * pe_layer
         weights = dense * w + experts * we
         grads = dense * g + experts * ge
@@ -1198,7 +1242,19 @@ def plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, z
     """The first part of :func:`plan_costs`: ``out`` set to NaN, then the plan's reason (structural, else
     ``R_MEMORY`` where its memory exceeds the GPU's, else ``R_OK``) and, unless structurally invalid, its
     memory (``O_MEM_*``); returns the reason. The search (:func:`trainscale.kernels.grid.scan_layouts`) times
-    only the plans this leaves feasible."""
+    only the plans this leaves feasible, through :func:`shaped_plan_memory`."""
+    shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)
+    shape[0, 0] = -1
+    return shaped_plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard, overlap,
+                              per_tensor, out, ep, first, last, ends, etp, shape)
+
+
+@njit(cache=True)
+def shaped_plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zero, shard,
+                       overlap, per_tensor, out, ep, first, last, ends, etp, shape):
+    """:func:`plan_memory` with the layout's :func:`pipeline_memory_shape` in ``shape`` (computed here when
+    ``shape[0, 0]`` is -1, else taken as the shape of this plan's layout): a caller that prices many plans of one
+    layout passes the same ``shape`` to all of them, and nothing is allocated per plan."""
     for i in range(out.shape[0]):
         out[i] = math.nan
     reason = structural_reason(model, gpus, tp, pp, dp, cp, v, mb, gb, shard, ep, calib[C_EVEN_SPLIT] > 0.0,
@@ -1212,8 +1268,10 @@ def plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, z
     e_shard = (n_shard * tp) // (ep * et) if et != tp else n_shard // ep
     if e_shard < 1:
         e_shard = 1
-    mem = memory_components(model, calib, lc, pp, v, micro, zero, n_shard * cp, e_shard * cp, ep, tp, out,
-                            per_tensor, first, last, ends, etp)
+    if shape[0, 0] < 0:
+        pipeline_memory_shape(int(model[M_LAYERS]), pp, v, micro, first, last, ends, shape)
+    mem = shaped_memory_components(model, calib, lc, pp, v, zero, n_shard * cp, e_shard * cp, ep, tp, out, per_tensor,
+                                   etp, shape)
     out[O_MEM_BYTES] = mem
     if mem > system[S_HBM_BYTES]:
         out[O_REASON] = R_MEMORY
@@ -1428,6 +1486,6 @@ def pipe_partition_gather_time(model, system, calib, tp, pp, cp, mb):
         return 0.0
     domain = int(system[S_SCALE_UP_DOMAIN])
     nbytes = BYTES * mb * (model[M_SEQ] / cp) * model[M_HIDDEN]
-    bw_t, lat_t = out_link(system, tp, 1)
-    return 2.0 * allgather_time(nbytes, tp, 1, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_t,
+    bw_t, lat_t = out_link(system, tp, np.int64(1))
+    return 2.0 * allgather_time(nbytes, tp, np.int64(1), domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_t,
                                 lat_t, calib[C_NET_EFF])

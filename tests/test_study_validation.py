@@ -137,3 +137,27 @@ def test_error_by_run_names_the_error_it_draws(tmp_path):
             assert figurecheck.figure_problems(fig, "error_by_run.png") == []
         finally:
             plt.close(fig)
+
+
+def _searched_row(mape_pct: float) -> "pd.Series":
+    import pandas as pd
+    return pd.Series({"runs": 3, "no_fitting_plan": 0, "MAPE_searched_%": mape_pct, "worst_searched_%": 2 * mape_pct,
+                      "MAPE_default_%": mape_pct + 1, "MAPE_searched_low_%": mape_pct - 1,
+                      "MAPE_searched_high_%": mape_pct + 1})
+
+
+def test_a_searched_record_is_in_sample_only_where_the_dataset_was_fitted():
+    """The searched-knob record of a fitted dataset is in-sample, so it carries no verdict; that of a dataset never
+    fitted is out of sample: labelled held out and judged on the target (12% against 8%: within twice it)."""
+    fitted = study._searched_record("published", _searched_row(3.0))
+    assert "in-sample" in fitted.quantity and fitted.verdict == "not tested"
+    held = study._searched_record("bridge-hopper", _searched_row(12.0))
+    assert "in-sample" not in held.quantity + held.our_setting and "held out" in held.quantity
+    assert held.our_value == pytest.approx(0.12) and held.verdict == "partly"
+    assert study._searched_record("bridge-hopper", _searched_row(5.0)).verdict == "reproduced"
+
+
+def test_a_dataset_never_fitted_does_not_call_its_error_in_sample(tmp_path):
+    records = synthetic(tmp_path, {"bridge-hopper": [0.05, 0.07]}, {})
+    assert "in-sample" not in records["bridge-hopper"].our_setting
+    assert "never fitted (held out); MAPE 6.0%" in records["bridge-hopper"].our_setting

@@ -249,6 +249,21 @@ def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_k
 
 # --------------------------------------------------------------------------- the search's one pass
 @njit(cache=True)
+def _heap_above(top_s, top_i, a, b):
+    """Whether entry ``a`` ranks above entry ``b`` in the max-heap: :math:`(s_a, i_a) > (s_b, i_b)`
+    lexicographically (the slower step first; on a tie, the later index)."""
+    return top_s[a] > top_s[b] or (top_s[a] == top_s[b] and top_i[a] > top_i[b])
+
+
+@njit(cache=True)
+def _heap_swap(top_s, top_i, top_m, a, b):
+    """Swap entries ``a`` and ``b`` of the heap's three parallel arrays."""
+    top_s[a], top_s[b] = top_s[b], top_s[a]
+    top_i[a], top_i[b] = top_i[b], top_i[a]
+    top_m[a], top_m[b] = top_m[b], top_m[a]
+
+
+@njit(cache=True)
 def _heap_sift_down(top_s, top_i, top_m, n, pos):
     """Restore the max-heap (by ``(step, index)``; ``top_m`` carried along) of ``top_s[:n]``, ``top_i[:n]``
     below ``pos``."""
@@ -256,35 +271,33 @@ def _heap_sift_down(top_s, top_i, top_m, n, pos):
         child = 2 * pos + 1
         if child >= n:
             return
-        if child + 1 < n and (top_s[child + 1] > top_s[child]
-                              or (top_s[child + 1] == top_s[child] and top_i[child + 1] > top_i[child])):
+        if child + 1 < n and _heap_above(top_s, top_i, child + 1, child):
             child += 1
-        if top_s[child] > top_s[pos] or (top_s[child] == top_s[pos] and top_i[child] > top_i[pos]):
-            top_s[pos], top_s[child] = top_s[child], top_s[pos]
-            top_i[pos], top_i[child] = top_i[child], top_i[pos]
-            top_m[pos], top_m[child] = top_m[child], top_m[pos]
-            pos = child
-        else:
+        if not _heap_above(top_s, top_i, child, pos):
             return
+        _heap_swap(top_s, top_i, top_m, pos, child)
+        pos = child
+
+
+@njit(cache=True)
+def _heap_sift_up(top_s, top_i, top_m, pos):
+    """Move entry ``pos`` up the max-heap until its parent ranks above it."""
+    while pos > 0:
+        parent = (pos - 1) // 2
+        if not _heap_above(top_s, top_i, pos, parent):
+            return
+        _heap_swap(top_s, top_i, top_m, pos, parent)
+        pos = parent
 
 
 @njit(cache=True)
 def _heap_offer(top_s, top_i, top_m, n, k, step, index, mem):
     """Offer ``(step, index)`` to the max-heap of the ``k`` smallest keys seen; returns its new size."""
     if n < k:
-        pos = n
-        top_s[pos] = step
-        top_i[pos] = index
-        top_m[pos] = mem
-        while pos > 0:  # sift up
-            parent = (pos - 1) // 2
-            if top_s[pos] > top_s[parent] or (top_s[pos] == top_s[parent] and top_i[pos] > top_i[parent]):
-                top_s[pos], top_s[parent] = top_s[parent], top_s[pos]
-                top_i[pos], top_i[parent] = top_i[parent], top_i[pos]
-                top_m[pos], top_m[parent] = top_m[parent], top_m[pos]
-                pos = parent
-            else:
-                break
+        top_s[n] = step
+        top_i[n] = index
+        top_m[n] = mem
+        _heap_sift_up(top_s, top_i, top_m, n)
         return n + 1
     if step < top_s[0] or (step == top_s[0] and index < top_i[0]):
         top_s[0] = step

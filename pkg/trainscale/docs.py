@@ -113,6 +113,16 @@ def _drawn_sentence(drawn) -> str:
     return "Drawn from " + "; ".join(parts) + "." if parts else ""
 
 
+def _draw_source(draw) -> str:
+    """The source of a study's figure function (its ``FIGURES``), which the notebook's cell only calls."""
+    import inspect
+
+    try:
+        return "\n" + inspect.getsource(draw) if draw is not None else ""
+    except (OSError, TypeError):
+        return ""
+
+
 def figure_captions(info: registry.StudyInfo, folder: str | os.PathLike) -> dict[str, str]:
     """Caption per figure file of a study (every ``.png`` of its OUTPUTS), in MyST Markdown.
 
@@ -136,7 +146,7 @@ def figure_captions(info: registry.StudyInfo, folder: str | os.PathLike) -> dict
                 code = source
                 text = text or _markdown_caption(last_markdown)
                 break
-        drawn = _drawn_from(folder, datasets, code)
+        drawn = _drawn_from(folder, datasets, code + _draw_source(info.figures.get(png)))
         if not text:
             variables = [f"{ln}{_units(u)}" for _, used in drawn for _, ln, u in used] or [
                 f"{ln}{_units(u)}" for nc in datasets[:1] if (folder / nc).is_file()

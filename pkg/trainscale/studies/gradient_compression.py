@@ -60,7 +60,8 @@ from ..io import provenance
 from ..specs import SpecError
 
 __all__ = ["METHODS", "PAPER", "OUTPUTS", "RESOURCES", "compare", "compressor_for", "ist_fixed_point",
-           "ist_predicted_floor", "ist_vs_compression", "step_size"]
+           "ist_predicted_floor", "ist_vs_compression", "step_size", "draw_suboptimality_vs_steps",
+           "draw_suboptimality_vs_bits", "draw_floor_vs_heterogeneity", "FIGURES"]
 
 PAPER = ("Shulgin & Richtárik, Towards a Better Theoretical Understanding of Independent Subnetwork Training "
          "(ICML 2024)")
@@ -319,3 +320,115 @@ def compare(folder) -> list[comparison.Record]:
             "the heterogeneity",
             our_value=float(floor[-1] / floor[0]), our_setting=ours, neutral=1.0))
     return records
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved dataset alone; `trainscale verify` redraws them)
+
+#: the heterogeneous panel of the curves (the notebook's ``panel_heterogeneity``; the nearest swept value)
+PANEL_HETEROGENEITY = 0.5
+#: each method's colour and line style (an error-feedback variant: its base's colour, dashed)
+_STYLES = {"gd": ("0.3", ":", "o"), "ist": ("C3", "-", "o"), "rand_k": ("C0", "-", "o"), "rand_k_ef": ("C0", "--", "s"),
+           "top_k": ("C2", "-", "^"), "top_k_ef": ("C2", "--", "v")}
+#: a log axis cannot draw f(x) - f* <= 0 (float64 round-off once a run reaches the optimum): such values are left
+#: out, and the legend's title says so
+NOT_DRAWN = "not drawn: f(x) − f* ≤ 0\n(float64 round-off at the optimum)"
+
+
+def _positive(values) -> np.ndarray:
+    """``values`` with every value <= 0 masked (NaN): what a log axis can draw honestly."""
+    values = np.asarray(values, dtype=float)
+    return np.where(values > 0, values, np.nan)
+
+
+def _log_limits(ax, *arrays) -> None:
+    """Whole decades around the positive values of ``arrays`` (matplotlib's 5% pad of 30 decades is 1.5)."""
+    values = np.concatenate([np.ravel(a) for a in arrays])
+    values = values[np.isfinite(values) & (values > 0)]
+    ax.set_ylim(10.0 ** np.floor(np.log10(values.min())), 10.0 ** np.ceil(np.log10(values.max())))
+
+
+def _setting(folder):
+    ds = tsio.read_dataset(Path(folder) / "ist_vs_compression.nc")
+    labels = json.loads(ds.attrs["method_labels"])
+    title = (f"least squares, {ds.attrs['n_params']} parameters, {ds.attrs['workers']} workers, "
+             f"k = p/W = {ds.attrs['k']}")
+    return ds, labels, title
+
+
+def _legend(fig_or_ax, any_masked: bool, **kwargs):
+    legend = fig_or_ax.legend(title=NOT_DRAWN if any_masked else None, **kwargs)
+    if any_masked:
+        legend.get_title().set_fontsize(7)
+    return legend
+
+
+def _curves(folder, x_var: str, xlabel: str, panel_heterogeneity: float, x_scale: float = 1.0):
+    """Suboptimality against ``x_var`` per method, at heterogeneity 0 and at ``panel_heterogeneity``, on a log
+    axis: values <= 0 are left out (not clipped to a floor), and the legend (right of the panels) says so."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds, labels, title = _setting(folder)
+    hets = ds["heterogeneity"].values
+    h_panel = float(hets[np.argmin(np.abs(hets - float(panel_heterogeneity)))])
+    panels = [float(hets[0]), h_panel] if h_panel != hets[0] else [float(hets[0])]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 1.8, 3.8), squeeze=False)
+    masked = False
+    for ax, h in zip(axes[0], panels):
+        sel = ds.sel({"heterogeneity": h})
+        masked |= bool((sel["suboptimality"].values <= 0).any())
+        for m in ds["method"].values.tolist():
+            color, ls, _ = _STYLES.get(m, ("0.5", "-", "o"))
+            one = sel.sel({"method": m})
+            ax.plot(one[x_var].values / x_scale, _positive(one["suboptimality"].values), color=color, linestyle=ls,
+                    label=labels[m])
+        ax.set(yscale="log", xlabel=xlabel, ylabel=plotting.label(ds["suboptimality"]) + " (log)",
+               title=f"heterogeneity {h:g}")
+        _log_limits(ax, _positive(sel["suboptimality"].values))
+    handles, names = axes[0][0].get_legend_handles_labels()
+    _legend(fig, masked, handles=handles, labels=names, loc="outside right upper", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def draw_suboptimality_vs_steps(folder, panel_heterogeneity: float = PANEL_HETEROGENEITY):
+    """Suboptimality against the iteration, per method (see :func:`_curves`)."""
+    return _curves(folder, "step", "iteration [steps]", panel_heterogeneity)
+
+
+def draw_suboptimality_vs_bits(folder, panel_heterogeneity: float = PANEL_HETEROGENEITY):
+    """Suboptimality against the cumulative bits one worker sent, per method (see :func:`_curves`)."""
+    return _curves(folder, "bits_sent_per_worker", "bits sent per worker [Mbit]", panel_heterogeneity, 1e6)
+
+
+def draw_floor_vs_heterogeneity(folder):
+    """Each method's floor (mean suboptimality at the end of the run) against the heterogeneity, with IST's
+    predicted floor; a floor <= 0 (round-off) is left out on the log axis and the legend says so."""
+    import matplotlib.pyplot as plt
+
+    ds, labels, title = _setting(folder)
+    hets = ds["heterogeneity"].values
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    masked = False
+    for m in ds["method"].values.tolist():
+        floor = ds["floor"].sel({"method": m}).values
+        masked |= bool((floor <= 0).any())
+        color, ls, marker = _STYLES.get(m, ("0.5", "-", "o"))
+        ax.plot(hets, _positive(floor), color=color, linestyle=ls, marker=marker, markersize=4, label=labels[m])
+    ax.plot(hets, _positive(ds["ist_predicted_floor"].values), color="k", linestyle="--", linewidth=1,
+            label="IST predicted: f(M⁻¹b) − f*")
+    _log_limits(ax, _positive(ds["floor"].values), _positive(ds["ist_predicted_floor"].values))
+    ax.set(yscale="log", xlabel="heterogeneity of the workers' data (0: identical)",
+           ylabel="final suboptimality f(x) − f* (floor, log)", xticks=hets)
+    fig.suptitle(f"{title}, {json.loads(ds.attrs['parameters'])['steps']} steps;\nfloor: mean over the last "
+                 f"{ds.attrs['floor_evaluations']} evaluations", fontsize=9)
+    _legend(fig, masked, loc="outside right center", fontsize=7)
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"suboptimality_vs_steps.png": draw_suboptimality_vs_steps,
+           "suboptimality_vs_bits.png": draw_suboptimality_vs_bits,
+           "floor_vs_heterogeneity.png": draw_floor_vs_heterogeneity}

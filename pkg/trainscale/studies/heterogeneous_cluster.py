@@ -153,3 +153,115 @@ def compare(folder) -> list[comparison.Record]:
             free_parameter="share of nodes of the first type and bandwidth between the types [GB/s]",
             sweep=gain.ravel()),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# figures (drawn from the saved dataset alone; `trainscale verify` redraws and checks them)
+
+#: HETHUB's best fraction, as the figure's reference line says it
+_HETHUB_TEXT = "HETHUB: 97.49% (768 accelerators, Llama-140B)"
+#: how each approach is drawn: colour, line style, marker and the legend's words ({first}/{second}: the types)
+_APPROACH_STYLES = {"mixed": ("C0", "-", "o", "mixed (planner)"), "even-split": ("C1", "--", "s", "even split"),
+                    "first-alone": ("C2", "-.", "^", "{first} alone"),
+                    "second-alone": ("C3", "-.", "v", "{second} alone")}
+
+
+def system_label(system: str) -> str:
+    """A catalog system's readable name for a legend or an axis: its accelerator (``dgx-v100`` ->
+    ``V100-SXM2-32GB``); the key itself when the catalog does not know it."""
+    from ..specs import resolve_system
+
+    try:
+        return str(resolve_system(system).accelerator)
+    except SpecError:
+        return system
+
+
+def _figure_setting(folder):
+    """The dataset at its reference bandwidth, the two types' readable names and the figures' title."""
+    swept = tsio.read_dataset(Path(folder) / "mix.nc")
+    setting = json.loads(swept.attrs["parameters"])
+    ds = swept.sel(bandwidth_GBps=setting["reference_bandwidth_GBps"])
+    first, second = (system_label(s) for s in setting["systems"])
+    title = (f"{setting['model']}, {setting['total_nodes']} nodes ({first} + {second}),\n"
+             f"{setting['reference_bandwidth_GBps']:g} GB/s per node between the types")
+    return ds, first, second, title
+
+
+def _percent_axes(ax, share, first, *, y=True):
+    from matplotlib.ticker import FuncFormatter
+
+    percent = FuncFormatter(lambda v, _: f"{100 * v:.4g}%")  # 12.5% stays 12.5%
+    ax.xaxis.set_major_formatter(percent)
+    if y:
+        ax.yaxis.set_major_formatter(percent)
+    ax.set(xlabel=f"share of nodes that are {first} [%]", xticks=share)
+    ax.tick_params(axis="x", labelrotation=45 if len(share) > 6 else 0)
+
+
+def draw_fraction_of_sum(folder):
+    """The mixed cluster's and the even split's throughput over the sum of the parts alone, HETHUB's best for
+    reference; shaded: the shares where a part cannot train alone (the ratio is undefined there)."""
+    import matplotlib.pyplot as plt
+
+    ds, first, _, title = _figure_setting(folder)
+    share = ds["fraction"].values
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    ax.plot(share, ds["fraction_of_sum"], marker="o", color="C0", label="mixed (planner: layers by speed and memory)")
+    ax.plot(share, ds["even_fraction_of_sum"], marker="s", linestyle="--", color="C1", label="even split of the layers")
+    for k, s in enumerate(share[~np.isfinite(ds["fraction_of_sum"].values)]):
+        ax.axvspan(s - 0.03, s + 0.03, color="0.85", lw=0, zorder=0,
+                   label="a part cannot train alone (ratio undefined)" if k == 0 else None)
+    ax.axhline(PAPER_FRACTION, color="0.3", linestyle=":", linewidth=1, label=_HETHUB_TEXT)
+    _percent_axes(ax, share, first)
+    ax.set(ylabel="throughput / sum of the parts alone [%]", title=title,
+           ylim=(min(0.5, float(np.nanmin(ds["even_fraction_of_sum"])) - 0.05),
+                 max(1.04, float(np.nanmax(ds["fraction_of_sum"])) + 0.05)))
+    ax.legend(loc="lower left")
+    return fig
+
+
+def draw_throughput(folder):
+    """Throughput of each approach (the mixed cluster, the even split, each part alone) and the sum of the parts
+    alone, against the share of first-type nodes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from .. import plotting
+
+    ds, first, second, title = _figure_setting(folder)
+    share, tput = ds["fraction"].values, ds["tokens_per_s"]
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    for approach in ds["approach"].values.tolist():
+        color, ls, marker, label = _APPROACH_STYLES.get(approach, ("0.5", "-", "o", approach))
+        ax.plot(share, tput.sel(approach=approach), color=color, linestyle=ls, marker=marker,
+                label=label.format(first=first, second=second))
+    ax.plot(share, tput.sel(approach="first-alone") + tput.sel(approach="second-alone"), color="0.3", linestyle=":",
+            marker=".", label="sum of the parts alone")
+    _percent_axes(ax, share, first, y=False)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e3:g}k"))
+    ax.set(ylabel=plotting.label(tput), title=title, ylim=(0, None))
+    ax.legend(loc="upper left")
+    return fig
+
+
+def draw_layers_on_first(folder):
+    """The share of the layers the planner puts on the first type against its share of the nodes, with the
+    diagonal of layers in proportion to nodes."""
+    import matplotlib.pyplot as plt
+
+    ds, first, _, title = _figure_setting(folder)
+    share = ds["fraction"].values
+    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    ax.plot([0, 1], [0, 1], color="0.5", linestyle="--", linewidth=1, label="in proportion to the nodes")
+    ax.plot(share, ds["layers_on_first"], marker="o", color="C0", label="planner")
+    _percent_axes(ax, share, first)
+    ax.set(ylabel=f"share of layers on {first} [%]", xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), aspect="equal",
+           title=title)
+    ax.legend(loc="upper left")
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"fraction_of_sum.png": draw_fraction_of_sum, "throughput.png": draw_throughput,
+           "layers_on_first.png": draw_layers_on_first}

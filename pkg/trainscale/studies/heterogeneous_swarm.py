@@ -353,18 +353,18 @@ def _ga_record(search: xr.Dataset) -> comparison.Record:
 # figures (drawn from the saved datasets alone; `trainscale verify` redraws and checks them)
 
 _KNOBS = ("baseline", "size", "strong_share", "bandwidth_Mbps", "rtt_ms")
-#: how a case is named in a legend (``<name> = <value>``) and the knob's panel title
-_CASE_NAMES = {"baseline": "PETALS' 14 servers", "size": "servers", "strong_share": "A5000 share",
-               "bandwidth_Mbps": "Mbit/s", "rtt_ms": "RTT ms"}
+#: how a case is named in a legend (the knob's value in its unit) and the knob's panel title
+_CASE_NAMES = {"baseline": "PETALS' 14 servers", "size": "{value:g} servers", "strong_share": "A5000 share {value:g}",
+               "bandwidth_Mbps": "{value:g} Mbit/s links", "rtt_ms": "RTT {value:g} ms"}
 _KNOB_TITLES = {"baseline": "PETALS' 14 servers (the paper's mix)", "size": "swarm size",
                 "strong_share": "share of RTX A5000s", "bandwidth_Mbps": "link bandwidth", "rtt_ms": "RTT"}
-_KNOB_AXES = {"size": "servers", "strong_share": "share of RTX A5000s", "bandwidth_Mbps": "link bandwidth (Mbit/s)",
-              "rtt_ms": "RTT (ms)"}
+_KNOB_AXES = {"size": "swarm size [servers]", "strong_share": "share of RTX A5000s [fraction of servers]",
+              "bandwidth_Mbps": "link bandwidth [Mbit/s]", "rtt_ms": "RTT [ms]"}
 NO_PLACEMENT = "no feasible placement (the swarm cannot hold the model)"
 
 
 def _case_name(knob: str, value: float) -> str:
-    return _CASE_NAMES[knob] if knob == "baseline" else f"{_CASE_NAMES[knob]} = {value:g}"
+    return _CASE_NAMES[knob].format(value=value)
 
 
 def _feasible(case) -> bool:
@@ -400,7 +400,7 @@ def draw_pareto(folder):
         ax.set_title(title, fontsize=8.5)
         if len(infeasible) == len(cases):
             ax.text(0.5, 0.5, NO_PLACEMENT, transform=ax.transAxes, ha="center", va="center", fontsize=8)
-        ax.set(xlabel="inference step latency (s)", ylabel="chain forward tokens/s (batch 64)")
+        ax.set(xlabel="inference step latency [s]", ylabel="forward throughput, batch 64 [tokens/s]")
         if len(infeasible) < len(cases):
             ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(knobs):]:
@@ -444,5 +444,64 @@ def draw_sweeps(folder):
     return fig
 
 
+#: each PETALS metric's panel title and axis unit
+_METRICS = {"steps_per_s": ("inference steps (sequence 128)", "steps/s"),
+            "forward_tokens_per_s_b1": ("parallel forward, batch 1", "tokens/s"),
+            "forward_tokens_per_s_b64": ("parallel forward, batch 64", "tokens/s")}
+_RANGE_NOTE = ("bars: range over what the paper does not state (14 servers: link order, join order, RTT; "
+               "offloading: the host link)")
+
+
+def _parity_range(tab: xr.Dataset, setting: str, metric: str, y: float) -> np.ndarray:
+    """The predicted values a setting's free choices give (its bar); the prediction alone where it has none."""
+    if setting == MIXED_SETTING:  # range over link order, join order and RTT
+        return tab["mixed_sweep"].sel(metric=metric).values.ravel()
+    if setting == OFFLOAD_SETTING:  # range over the host link
+        return tab["offload_sweep"].sel(metric=metric).values
+    return np.array([y])
+
+
+def _parity_panel(ax, tab: xr.Dataset, metric: str) -> None:
+    """One metric: each setting's prediction against PETALS' measurement (a hollow diamond: the int8 fit's target), its
+    range as a bar, and the line where the two agree, on square log axes in whole decades around the data."""
+    values = []
+    for i, setting in enumerate(tab["setting"].values.tolist()):
+        cell = tab.sel(setting=setting, metric=metric)
+        x, y, fitted = float(cell["published"]), float(cell["predicted"]), bool(cell["fitted"])
+        r = _parity_range(tab, setting, metric, y)
+        label = f"{setting} (the int8 fit's target)" if fitted else setting
+        ax.plot(x, y, "D" if fitted else "o", ms=7, color=f"C{i}", mfc="none" if fitted else f"C{i}", mew=1.5,
+                label=label)
+        if np.nanmax(r) > np.nanmin(r):
+            ax.vlines(x, np.nanmin(r), np.nanmax(r), color=f"C{i}", lw=1.2, label=label)
+        values += [x, y, float(np.nanmin(r)), float(np.nanmax(r))]
+    lo, hi = 10.0 ** np.floor(np.log10(min(values))), 10.0 ** np.ceil(np.log10(max(values)))
+    ax.plot([lo, hi], [lo, hi], color="0.3", lw=0.8, label="prediction = measurement")
+    title, unit = _METRICS.get(metric, (metric, "1/s"))
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), aspect="equal", title=title,
+           xlabel=f"PETALS, measured [{unit}]", ylabel=f"ours, predicted [{unit}]")
+
+
+def draw_parity(folder):
+    """PETALS' Table 3 against our predictions, one panel per metric (each in its own unit), one figure legend
+    below the panels: the settings by colour, the int8 fit's targets as hollow diamonds, the line of agreement."""
+    import matplotlib.pyplot as plt
+
+    tab = tsio.read_dataset(Path(folder) / "petals.nc")
+    metrics = tab["metric"].values.tolist()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 4.9), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        _parity_panel(ax, tab, str(metric))
+    entries = {}
+    for ax in axes[0]:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(name, handle)
+    entries = dict(sorted(entries.items(), key=lambda e: "=" in e[0]))  # the line of agreement last
+    legend = fig.legend(entries.values(), entries.keys(), loc="outside lower center", ncols=2, fontsize=7,
+                        title=_RANGE_NOTE)
+    legend.get_title().set_fontsize(7)
+    return fig
+
+
 #: the figures drawn from the saved datasets alone (file name -> function of the output folder)
-FIGURES = {"pareto.png": draw_pareto, "sweeps.png": draw_sweeps}
+FIGURES = {"parity.png": draw_parity, "pareto.png": draw_pareto, "sweeps.png": draw_sweeps}

@@ -32,6 +32,31 @@ def test_throughput_per_gpu_is_the_searched_best_plan_priced_by_predict(curve):
             (plan.tp, plan.pp, plan.dp, plan.micro_batch)
 
 
+def test_each_count_carries_its_best_plans_confidence(curve):
+    """The dataset's confidence fields are the search's for the best plan (trainscale.confidence), and the flag
+    follows from them: MFU above the generation's best measured by more than the left-out error."""
+    model, system = resolve_model(MODEL), resolve_system(SYSTEM)
+    for gpus in COUNTS:
+        _, ranked = perfmodel.search(model, system, gpus, BATCH, top=1)
+        conf, at = ranked[0]["confidence"], curve.sel(gpus=gpus)
+        assert float(at["left_out_error"]) == pytest.approx(conf["left_out_error"], rel=1e-12)
+        assert float(at["best_measured_mfu"]) == pytest.approx(conf["best_measured_mfu"], rel=1e-12)
+        expected = float(at["mfu"]) > float(at["best_measured_mfu"]) * (1 + float(at["left_out_error"]))
+        assert bool(at["above_best_measured"]) == expected == conf["above_best_measured"]
+
+
+def test_the_flag_shows_in_the_scale_table():
+    """A count whose plan is flagged prints the generation's best measured MFU and the error in 'above best'."""
+    from trainscale.cli import _scale_above_text
+
+    ds = scaling.scaling_curve(MODEL, SYSTEM, [8], BATCH)
+    ds["above_best_measured"].values[0] = False
+    assert _scale_above_text(ds, 0) == "-"
+    ds["above_best_measured"].values[0] = True
+    ds["best_measured_mfu"].values[0], ds["left_out_error"].values[0] = 0.4, 0.05
+    assert _scale_above_text(ds, 0) == "gen 40% (+5.0% err)"
+
+
 def test_causes_add_up_to_the_step_time_they_explain(curve):
     """Each cause's time adds up to the step; what each adds over linear scaling from the baseline adds up to
     the step's excess over linear scaling, and their shares to one minus the scaling efficiency."""

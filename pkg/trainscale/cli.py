@@ -532,6 +532,8 @@ def cmd_scale(args) -> int:
           "scaled by 1/GPUs, as a share of that throughput (they add up to lost; negative: shrank faster)")
     print("plan: tp, pp (vN: interleaved chunks), cp and dp degrees, micro-batch (mb), ZeRO stage, sp: sequence "
           "parallel, rc: recomputation if any" + (f"; wrote {args.out}" if args.out else "; --out writes the dataset"))
+    print("above best: the plan's predicted MFU exceeds its GPU generation's best measured MFU by more than the "
+          "left-out error of the nearest measured run's dataset: an optimum no measurement supports")
     return 0
 
 
@@ -564,8 +566,18 @@ def _scale_rows(ds) -> list[dict]:
                      "tokens/s/GPU": float(ds["tokens_per_s_per_gpu"].values[i]),
                      "MFU": float(ds["mfu"].values[i]),
                      "lost": f"{100 * (1 - ds['scaling_efficiency'].values[i]):.1f}%",
-                     "top causes": _top_causes(ds, i) if gpus != ds.attrs["baseline_gpus"] else "(baseline)"})
+                     "top causes": _top_causes(ds, i) if gpus != ds.attrs["baseline_gpus"] else "(baseline)",
+                     "above best": _scale_above_text(ds, i)})
     return rows
+
+
+def _scale_above_text(ds, i: int) -> str:
+    """The ``above best`` column: the generation's best measured MFU where the plan's predicted MFU exceeds it by
+    more than the left-out error of the nearest measured run's dataset, or ``-``."""
+    if not ds["above_best_measured"].values[i]:
+        return "-"
+    return (f"gen {100 * ds['best_measured_mfu'].values[i]:.0f}% "
+            f"(+{100 * ds['left_out_error'].values[i]:.1f}% err)")
 
 
 def _scale_json(ds) -> dict:
@@ -581,8 +593,9 @@ def _scale_json(ds) -> dict:
             entry["plan"] = {name: int(ds[name].values[i]) for name in PLAN_KNOBS}
             entry["plan"]["recompute"] = RECOMPUTE_MODES[entry["plan"]["recompute"]]
         for name in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
-                     "scaling_efficiency"):
+                     "scaling_efficiency", "left_out_error", "best_measured_mfu"):
             entry[name] = float(ds[name].values[i])
+        entry["above_best_measured"] = bool(ds["above_best_measured"].values[i])
         for name in ("time_s", "added_time_s", "throughput_loss"):
             entry[name] = dict(zip(causes, ds[name].values[i].tolist()))
         counts.append(entry)

@@ -15,6 +15,11 @@ there the per-GPU throughput is ``x_0``; at ``g`` GPUs the global batch would ta
 and ``\Delta_k / s(g)`` is the share of ``x_0`` lost to it: the shares add up to
 ``1 - x(g) / x_0``, one minus the scaling efficiency. A negative share is a component that shrank faster
 than ``1/g`` (a pipeline bubble gone because the larger count runs without pipelining, say).
+
+Each count's best plan also carries :mod:`trainscale.confidence`'s reading of how far it lies from what was
+measured: ``left_out_error`` (the left-out MAPE of the dataset of the nearest measured run of the plan's stack and
+generation), ``best_measured_mfu`` (the highest MFU measured on the generation) and ``above_best_measured`` (the
+plan's predicted MFU above that by more than the error: an optimum no measurement supports).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ FLOATS = {
     "mfu": ("1", "model FLOPs utilisation of the best plan"),
     "memory_gib_per_gpu": ("GiB", "memory of the most loaded GPU of the best plan"),
     "scaling_efficiency": ("1", "throughput per GPU relative to the baseline (the smallest count with a plan)"),
+    "left_out_error": ("1", "left-out MAPE of the dataset of the measured run nearest the best plan "
+                            "(same stack and generation; NaN: none)"),
+    "best_measured_mfu": ("1", "highest MFU measured on the system's GPU generation (NaN: none)"),
 }
 
 
@@ -74,9 +82,10 @@ def check_batch_splits(gpus: int, global_batch: int, space: Mapping) -> None:
 
 
 def best_plan(model, system, gpus: int, global_batch: int, stack: str = DEFAULT_STACK, space: Mapping | None = None,
-              calibration: Mapping | None = None, **options) -> tuple[dict, perfmodel.Prediction] | None:
-    """The best plan :func:`perfmodel.search` finds at ``gpus`` (``options``: its keyword arguments) and its
-    :func:`perfmodel.predict` prediction, or None where no plan is valid and fits."""
+              calibration: Mapping | None = None, **options) -> tuple[dict, perfmodel.Prediction, dict] | None:
+    """The best plan :func:`perfmodel.search` finds at ``gpus`` (``options``: its keyword arguments), its
+    :func:`perfmodel.predict` prediction and its confidence fields
+    (:func:`trainscale.confidence.plan_confidence`), or None where no plan is valid and fits."""
     _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=space, calibration=calibration,
                                  stack=stack, **options)
     if not ranked:
@@ -85,7 +94,7 @@ def best_plan(model, system, gpus: int, global_batch: int, stack: str = DEFAULT_
     run = RunSpec(id=f"scale-{gpus}", model=model, system=system,
                   plan=perfmodel.plan_from_grid_entry(plan, global_batch))
     allow = bool(options.get("allow_unrunnable", False))
-    return plan, perfmodel.predict(run, calibration, allow_unrunnable=allow, warn=False)
+    return plan, perfmodel.predict(run, calibration, allow_unrunnable=allow, warn=False), ranked[0]["confidence"]
 
 
 def scaling_curve(model, system, gpus: Sequence[int], global_batch: int, stack: str = DEFAULT_STACK,
@@ -134,16 +143,20 @@ def _dataset(counts: list[int], causes: list[str], best: list) -> xr.Dataset:
     floats = {name: np.full(n, np.nan) for name in FLOATS}
     knobs = {name: np.full(n, NO_PLAN, dtype=np.int64) for name in PLAN_KNOBS}
     times = np.full((n, len(causes)), np.nan)
+    above = np.zeros(n, dtype=bool)
     for i, (g, found) in enumerate(zip(counts, best)):
         if found is None:
             continue
-        plan, p = found
+        plan, p, conf = found
         floats["step_time_s"][i], floats["tokens_per_s"][i] = p.step_time_s, p.tokens_per_s
         floats["tokens_per_s_per_gpu"][i], floats["mfu"][i] = p.tokens_per_s / g, p.mfu
         floats["memory_gib_per_gpu"][i] = p.memory_gib_per_gpu
         times[i] = [p.breakdown[c] for c in causes]
         for name in PLAN_KNOBS:
             knobs[name][i] = _knob(plan, name)
+        for name in ("left_out_error", "best_measured_mfu"):
+            floats[name][i] = np.nan if conf.get(name) is None else float(conf[name])
+        above[i] = bool(conf.get("above_best_measured"))
     has_plan = np.isfinite(floats["step_time_s"])
     added = np.full_like(times, np.nan)
     if has_plan.any():
@@ -164,6 +177,9 @@ def _dataset(counts: list[int], causes: list[str], best: list) -> xr.Dataset:
     for name, arr in knobs.items():
         what = f"0-2: {', '.join(RECOMPUTE_MODES)}" if name == "recompute" else name.replace("_", " ")
         data[name] = ("gpus", arr, {"units": "1", "long_name": f"best plan: {what} (-1: no plan)"})
+    data["above_best_measured"] = ("gpus", above, {
+        "units": "1", "long_name": "the best plan's predicted MFU exceeds the generation's best measured MFU by "
+        "more than left_out_error (false where either is unknown)"})
     data["has_plan"] = ("gpus", has_plan, {"units": "1", "long_name": "a plan is valid and fits in memory"})
     ds = xr.Dataset(data, coords={"gpus": np.asarray(counts, dtype=np.int64), "cause": causes})
     ds["gpus"].attrs.update({"units": "1", "long_name": "GPUs"})

@@ -355,3 +355,31 @@ def test_a_public_row_refuses_a_true_false_cell_with_another_value():
                                          "valid: blank, true or false"):
         validation._flag(row, "compiled", validation.STACKS_FILE)
     assert validation._flag({"id": "x", "compiled": ""}, "compiled", validation.STACKS_FILE) is None
+
+
+def _parity_ds():
+    import xarray as xr
+
+    names = ["published", "published", "bridge-hopper", "bridge-hopper", "bridge-blackwell"]
+    return xr.Dataset({"rel_error": ("run", [0.02, -0.04, 0.10, -0.30, 0.05])},
+                      coords={"run": [f"r{i}" for i in range(5)], "dataset": ("run", names),
+                              "precision": ("run", ["bf16", "bf16", "fp8", "fp8", "mxfp8"]),
+                              "kind": ("run", ["dense", "dense", "dense", "moe", "dense"])})
+
+
+def test_parity_by_precision_says_which_groups_are_in_sample():
+    from trainscale import validation as v
+
+    rows = v.parity_by_precision(_parity_ds()).set_index(["dataset", "precision", "kind"])
+    assert rows.loc[("published", "bf16", "dense"), "fit"] == "in-sample"
+    assert rows.loc[("published", "bf16", "dense"), "MAPE_%"] == pytest.approx(3.0)
+    assert rows.loc[("bridge-hopper", "fp8", "moe"), "fit"] == "held out"
+
+
+def test_a_precision_no_fitted_run_uses_is_reported_as_left_out_entirely():
+    from trainscale import validation as v
+
+    rows = v.unfitted_precisions(_parity_ds()).set_index(["precision", "kind"])
+    assert sorted(rows.index) == [("fp8", "dense"), ("fp8", "moe"), ("mxfp8", "dense")]  # bf16 is fitted
+    assert rows.loc[("fp8", "moe"), "MAPE_%"] == pytest.approx(30.0)
+    assert rows.loc[("mxfp8", "dense"), "runs"] == 1

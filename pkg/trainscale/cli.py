@@ -755,8 +755,13 @@ def cmd_validate(args) -> int:
              "size-out_MAPE_%": 100 * v["size_out_mape"] if "size_out_mape" in v else None}
             for k, v in summary.items()]
     print(_table(rows))
-    print("\nby precision and dense / MoE (in-sample):")
+    print("\nby precision and dense / MoE (fit: in-sample where the dataset was fitted, held out where never):")
     print(_table(validation.parity_by_precision(ds).to_dict(orient="records")))
+    unfitted = validation.unfitted_precisions(ds)
+    if len(unfitted):
+        print("\nprecisions no fitted run uses, left out entirely (their GEMMs priced from the BF16 fit and the "
+              "generation's peak ratio):")
+        print(_table(unfitted.to_dict(orient="records")))
     print("\nleft-out: the error when the dataset is left out of the fit; size-out: the error of its runs when "
           "each run's model-size class is left out (its other sizes stay in the fit). Both from trainscale "
           "calibrate --cv, stored in calibration_fitted.yaml\n")

@@ -1,8 +1,8 @@
 # trainscale — one-command entry points. GNU make; recipes are indented with tabs.
 #
 #   make setup          create .venv with the pinned stack (requirements.txt) + editable package
-#   make test           run the test suite without the tests marked slow (under 6 min on 2 cores)
-#   make test-all       the whole suite, slow tests included (what CI runs)
+#   make test           the test suite without the tests marked slow or workflow, on every core (under 6 min on 2)
+#   make test-all       the whole suite, slow and workflow tests included (what CI runs)
 #   make figures        run every study (workflow/Snakefile) in full mode
 #   make figures-quick  the same with small grids (what CI runs)
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
@@ -57,8 +57,11 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 # The tests build the documentation site too, so they install its toolchain (requirements-docs.txt) first.
+# make test spreads the files over every core (pytest-xdist; one file's tests stay on one worker, as their
+# module fixtures expect) and leaves out the slow tests and the workflow ones (each runs Snakemake: the quick
+# workflow of every study, the nothing-lost checks), which make test-all and CI run.
 test: $(DOCS_STAMP)
-	MPLBACKEND=Agg $(PY) -m pytest -m "not slow"
+	MPLBACKEND=Agg $(PY) -m pytest -m "not slow and not workflow" -n auto --dist loadfile
 
 test-all: $(DOCS_STAMP)
 	MPLBACKEND=Agg $(PY) -m pytest

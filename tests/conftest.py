@@ -56,6 +56,14 @@ def tail(text, lines=60):
     return "\n".join(text.splitlines()[-lines:])
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that uses the quick workflow is a ``workflow`` test (make test leaves those to make test-all),
+    whether or not its module says so."""
+    for item in items:
+        if "quick_workflow" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.workflow)
+
+
 @pytest.fixture(scope="session")
 def quick_workflow():
     """Run every study in quick mode (skipped by Snakemake where outputs are up to date).

@@ -199,9 +199,10 @@ def test_every_bridge_moe_row_fits_but_the_known_misses():
     assert too_big == {i for i in KNOWN_MISSES if i in {m.run.id for m in rows}}, too_big
 
 
-# measured 2026-12-06 on this model (nothing fitted to these rows): 55.3% over the 12 MoE rows (57.9% before the
-# dispatch / permutation / imbalance terms of issue 36); the guard leaves 5 points of margin
-BRIDGE_MOE_MAPE_BOUND = 60.0
+# measured 2026-12-06 on this model (nothing fitted to these rows): 45.7% over the 12 MoE rows with the MoE host
+# issue term (moe_host: kernels.plan.moe_host_time), 55.1% without it, 57.9% before the dispatch / permutation /
+# imbalance terms of issue 36; the guard leaves about 5 points of margin
+BRIDGE_MOE_MAPE_BOUND = 51.0
 
 
 def test_bridge_moe_rows_mape_regression_guard():

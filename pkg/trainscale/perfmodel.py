@@ -199,6 +199,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_STRAGGLER_SPREAD] = params["straggler_spread"]
     vec[K.C_PIPE_PARTITIONED] = 1.0 if stack_fixed.get("pipe_partitioned_gathers", {}).get("value", False) else 0.0
     vec[K.C_MOE_IMBALANCE] = 1.0  # balanced experts; a plan's moe_imbalance: plan_calibration_vector
+    vec[K.C_MOE_OP_HOST_S] = common["moe_op_host_s"]["value"]  # used by MoE layers only
     return vec
 
 
@@ -444,9 +445,9 @@ def simulate_pipeline(out: np.ndarray, model: ModelSpec, plan: PlanSpec, calib: 
     busiest = float(free.busy_s[0].max())
 
     closed_busy = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + (
-        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) + out[K.O_EP_COMM] + out[K.O_MOE_PERMUTE]
+        out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) + out[K.O_EP_COMM] + out[K.O_MOE_PERMUTE] + out[K.O_MOE_HOST]
     scale = busiest / closed_busy
-    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM, K.O_MOE_PERMUTE,
+    for slot in (K.O_COMPUTE, K.O_RECOMPUTE, K.O_TP_COMM, K.O_CP_COMM, K.O_EP_COMM, K.O_MOE_PERMUTE, K.O_MOE_HOST,
                  K.O_TP_COMM_TOTAL, K.O_CP_COMM_TOTAL):
         out[slot] *= scale
     dp_exposed = (out[K.O_DP_COMM] - out[K.O_DP_EXPOSED]) * scale + out[K.O_DP_EXPOSED]
@@ -586,7 +587,8 @@ def layer_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] 
     recomputation) for one micro-batch of ``plan`` on one GPU, and their parts: ``gemm``,
     ``elementwise`` (memory-bound kernels and host idle), ``tp_comm`` (exposed), ``recompute``
     (compute and its exposed TP communication); for a mixture of experts also ``ep_comm`` (dispatch and
-    combine) and ``moe_permute`` (router scores and token permutation). The same layer :func:`predict` prices; what
+    combine), ``moe_permute`` (router scores and token permutation) and ``moe_host`` (the host issue the GPU
+    waits for after the tokens-per-expert sync). The same layer :func:`predict` prices; what
     Korthikanti et al. 2022 measured per layer (their Table 4)."""
     model, system = resolve_model(model), resolve_system(system)
     plan.check_against(model)
@@ -598,7 +600,8 @@ def layer_times(model, system, plan: PlanSpec, calibration: Mapping[str, float] 
              "recompute_s": lc[K.L_RECOMP], "recompute_tp_comm_s": lc[K.L_RECOMP_TP]}
     if model.is_moe:  # dispatch and combine, router and permutation (a leading dense layer's mixed in)
         times.update({"fwd_ep_comm_s": lc[K.L_FWD_EP], "bwd_ep_comm_s": lc[K.L_BWD_EP],
-                      "fwd_moe_permute_s": lc[K.L_FWD_MOE], "bwd_moe_permute_s": lc[K.L_BWD_MOE]})
+                      "fwd_moe_permute_s": lc[K.L_FWD_MOE], "bwd_moe_permute_s": lc[K.L_BWD_MOE],
+                      "fwd_moe_host_s": lc[K.L_FWD_MOE_HOST], "bwd_moe_host_s": lc[K.L_BWD_MOE_HOST]})
     return times
 
 

@@ -83,7 +83,8 @@ C_LP_WEIGHT_BYTES = 30  # per plan: bytes per parameter of the low-precision wei
 C_STRAGGLER_SPREAD = 31  # fitted, common: relative spread of per-rank step times (kernels.scale.straggler_time_s)
 C_PIPE_PARTITIONED = 32  # per stack: 1 where the pipeline engine sends 1/tp of each boundary tensor and all-gathers it over the tp ranks on receipt (DeepSpeed)
 C_MOE_IMBALANCE = 33  # per plan: the busiest expert-parallel rank's routed tokens over the mean (plan.moe_imbalance; 1: balanced)
-C_SIZE = 34
+C_MOE_OP_HOST_S = 34  # common: host seconds to issue one Python-level PyTorch / Transformer Engine op of a MoE layer (moe_op_host_s in calibration.yaml)
+C_SIZE = 35
 
 # recomputation modes
 RC_NONE = 0
@@ -116,7 +117,9 @@ L_CP_TOTAL = 21  # context-parallel ring exchange fwd + bwd, before overlap with
 L_CP_FWD = 22  # the forward pass's share of L_CP
 L_FWD_MOE = 23  # MoE router scores and token permutation (memory-bound), forward
 L_BWD_MOE = 24  # the same in the backward pass, with the recomputed forward's
-L_SIZE = 25
+L_FWD_MOE_HOST = 25  # MoE layer's host issue time the GPU waits for (after the tokens-per-expert sync), forward
+L_BWD_MOE_HOST = 26  # the same in the backward pass, with the recomputed forward's
+L_SIZE = 27
 
 # plan-result vector
 O_STEP = 0
@@ -159,7 +162,8 @@ O_CP_COMM_TOTAL = 33
 O_DP_COMM_TOTAL = 34
 O_STRAGGLER = 35  # per step: expected wait for the slowest of the synchronising ranks (kernels.scale)
 O_MOE_PERMUTE = 36  # per step: MoE router scores and token permutation on the critical stage
-O_SIZE = 37
+O_MOE_HOST = 37  # per step: MoE layers' exposed host issue time on the critical stage (kernels.plan.moe_host_time)
+O_SIZE = 38
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "transient", "buffers", "reserved")
 MEMORY_SLOTS = (25, 26, 27, 28, 29, 30, 31)
@@ -168,10 +172,12 @@ BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_
              "optimizer", "straggler")
 # the slot of each breakdown entry; the mixture-of-experts terms come last: ``ep_comm`` (token dispatch and
 # combine: the all-to-alls over the ep ranks, and the gathers over the etp ranks), ``moe_permute`` (router
-# scores, permutation and un-permutation of the token copies)
-BREAKDOWN_MOE = BREAKDOWN + ("ep_comm", "moe_permute")
-MOE_BREAKDOWN = ("ep_comm", "moe_permute")
-BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24, 36)
+# scores, permutation and un-permutation of the token copies), ``moe_host`` (the host's issue time of each MoE
+# layer's dispatch, expert and combine ops that the GPU waits for after the dropless dispatcher's
+# tokens-per-expert device-to-host sync: kernels.plan.moe_host_time)
+BREAKDOWN_MOE = BREAKDOWN + ("ep_comm", "moe_permute", "moe_host")
+MOE_BREAKDOWN = ("ep_comm", "moe_permute", "moe_host")
+BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24, 36, 37)
 
 # reasons a plan is masked (0 = valid and fits)
 REASONS = (

@@ -40,7 +40,8 @@ Tokens reach their experts and come back by two all-to-alls per pass (dispatch, 
 ``ep`` ranks, each GPU sending ``c k m h`` 16-bit values split over its ``tp`` ranks, and with expert
 tensor parallelism an all-gather and a reduce-scatter over the ``etp`` ranks (:func:`moe_dispatch_time`),
 not overlapped; the router's top-k and the permutations around them are memory-bound
-(:func:`moe_permute_time`). Expert weights,
+(:func:`moe_permute_time`); the ops the host issues after the dropless dispatcher's tokens-per-expert
+device-to-host sync, each pass, are charged at their issue time (:func:`moe_host_time`). Expert weights,
 gradients and optimizer states are divided by ``tp x ep``; their gradients are reduced over the
 ``dp / ep`` (x ``cp``) expert-data-parallel ranks, ``tp x ep`` apart. A dense model (``E <= 1``)
 takes exactly the dense path.
@@ -63,11 +64,12 @@ from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bou
 from .layout import (
     C_ATTN_BWD_EFF, C_EVEN_SPLIT, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS,
     C_SP_LAYOUT_COPY, C_ELEM_TRAFFIC, C_LINEAR_SPEEDUP, C_CAST_BYTES, C_WEIGHT_CAST_BYTES, C_LP_WEIGHT_BYTES,
-    C_STRAGGLER_SPREAD, C_PIPE_PARTITIONED, C_MOE_IMBALANCE,
+    C_STRAGGLER_SPREAD, C_PIPE_PARTITIONED, C_MOE_IMBALANCE, C_MOE_OP_HOST_S, C_KERNEL_S,
     M_HEAD_DIM, M_SHARED_FFN, C_FETCH_S, C_OVERLAP_SLOWDOWN, C_SELECTIVE_SHARE, C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LAYER_HOST_S, C_NET_EFF, C_TP_ASYNC_BWD, C_POWER_COMPUTE, C_POWER_MEMORY, C_RESERVED_BYTES,
     L_ACT_BYTES, L_BWD_ELEM, L_BWD_GEMM, L_BWD_TP, L_CP, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP,
     L_FWD_ELEM, L_FWD_GEMM, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP,
     L_RECOMP_TP, L_WORK_BYTES, L_FWD_EP, L_BWD_EP, L_TP_TOTAL, L_CP_TOTAL, L_CP_FWD, L_FWD_MOE, L_BWD_MOE,
+    L_FWD_MOE_HOST, L_BWD_MOE_HOST,
     M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED,
     M_ROTARY, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, M_TENSORS_LAYER, M_TOP_K, M_VOCAB,
     O_BUBBLE, O_COMPUTE, O_CP_COMM, O_DP_COMM, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_EP_COMM, O_GEMM_BUSY,
@@ -75,7 +77,7 @@ from .layout import (
     O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS, O_OPTIMIZER,
     O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_TP_COMM,
     O_MEM_WEIGHTS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_ACTIVATIONS, O_MEM_TRANSIENT, O_MEM_BUFFERS, O_MEM_RESERVED,
-    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL, O_STRAGGLER, O_MOE_PERMUTE,
+    O_TP_COMM_TOTAL, O_CP_COMM_TOTAL, O_DP_COMM_TOTAL, O_STRAGGLER, O_MOE_PERMUTE, O_MOE_HOST,
     R_BATCH, R_CP_SEQ, R_EP, R_GPUS, R_INTERLEAVE, R_MEMORY, R_OK, R_PP_LAYERS, R_SHARD, R_TP_HEADS, R_TP_KV, R_UNEVEN_CHUNKS,
     RC_FULL, RC_SELECTIVE,
     S_HBM_BW, S_HBM_BYTES, S_HOP_LAT, S_IDLE_W, S_LEAF_GPUS, S_OVERSUB, S_PEAK_FLOPS, S_SCALE_OUT_BW,
@@ -340,6 +342,53 @@ def moe_permute_time(routed, m, h, experts, local, tp, et, imbalance, hbm_bw, ca
 
 
 @njit(cache=True)
+def moe_host_time(local, ep, et, low_precision, op_s, launch_s):
+    r"""(forward, backward) seconds the GPU waits, per MoE layer and micro-batch, for the host to issue the
+    layer's dispatch, expert and combine work (Megatron-Core's dropless ``alltoall`` dispatcher,
+    MoEAlltoAllTokenDispatcher, and TEGroupedMLP; NVIDIA/Megatron-LM d98e8a6).
+
+    Dropless routing gives the split sizes of the all-to-all and of the grouped GEMM only on the GPU; the
+    dispatcher copies them to the host and waits for them (``_maybe_dtoh_and_synchronize``:
+    ``d2h_event.synchronize()`` before the expert-parallel all-to-all, or before permutation / the experts
+    without one), so the host's launch queue is drained at every MoE layer of every micro-batch and what
+    the host issues after it reaches the GPU only as fast as it is issued. Counted from the code, the host
+    issues after the sync, per pass:
+
+    * ``n_op`` Python-level ops at ``t_op`` each (:data:`~trainscale.kernels.layout.C_MOE_OP_HOST_S`): the two
+      experts' grouped linears and their activation (3), the un-permutation (1), with ``ep > 1`` the tokens' and
+      probabilities' all-to-alls and the combine all-to-all (3), with expert tensor parallelism ``e_t > 1`` the
+      two gathers and the reduce-scatter (3), with ``E_l > 1`` local experts the sort by expert and its inverse
+      (2);
+    * inside Transformer Engine's GroupedLinear (a C++ loop, one cuBLAS GEMM per local expert) ``E_l``
+      GEMM launches per grouped linear forward and ``2 E_l`` backward (data and weight gradients), and
+      in a low-precision recipe ``E_l`` quantisations more per grouped linear each pass (``split_quantize``
+      of the inputs, of the output gradients), at ``t_l`` each (the kernel launch cost
+      :data:`~trainscale.kernels.layout.C_KERNEL_S`):
+
+    .. math:: t_\mathrm{fwd} = n_\mathrm{op} t_\mathrm{op} + 2 E_l (1 + q)\, t_l, \qquad
+              t_\mathrm{bwd} = n_\mathrm{op} t_\mathrm{op} + 2 E_l (2 + q)\, t_l
+
+    with ``q`` 1 in low precision, else 0 (a recomputed forward issues, and syncs, again). The whole issue
+    time is charged in both passes. Forward: after the sync the GPU has nothing queued. Backward: it has no
+    sync of its own, but the host reaches it with no lead beyond the forward's last sync and its expert
+    kernels are the same fine-grained ones (an assumption). Both are upper bounds where the experts' GEMMs
+    run longer than their launches (large micro-batches), where the issue then hides behind them; a
+    fine-grained expert's GEMM of a few microseconds does not hide its own launch. 0 for a dense layer (the
+    caller prices it only with experts)."""
+    n_op = 4.0
+    if ep > 1:
+        n_op += 3.0
+    if et > 1:
+        n_op += 3.0
+    if local > 1:
+        n_op += 2.0
+    q = 1.0 if low_precision else 0.0
+    fwd = n_op * op_s + 2.0 * local * (1.0 + q) * launch_s
+    bwd = n_op * op_s + 2.0 * local * (2.0 + q) * launch_s
+    return fwd, bwd
+
+
+@njit(cache=True)
 def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False, etp=0):
     """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
     (``ep``: expert-parallel degree, used by mixture-of-experts models only; ``tp_overlap``:
@@ -492,12 +541,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     ep_bwd = 0.0
     moe_fwd = 0.0
     moe_bwd = 0.0
+    host_fwd = 0.0  # the MoE layer's host issue time after its tokens-per-expert sync
+    host_bwd = 0.0
     if moe:
         dispatch = moe_dispatch_time(system, calib, routed, h, t, et, ep, calib[C_MOE_IMBALANCE])
         ep_fwd = dispatch
         ep_bwd = dispatch + (dispatch if rc == RC_FULL else 0.0)
         moe_fwd, moe_bwd = moe_permute_time(routed, m, h, experts, local, t, et, calib[C_MOE_IMBALANCE], hbm,
                                             calib)
+        host_fwd, host_bwd = moe_host_time(local, ep, int(et), calib[C_CAST_BYTES] > 0.0, calib[C_MOE_OP_HOST_S],
+                                           calib[C_KERNEL_S])
 
     # recomputation in the backward pass: the share of the forward's weight GEMMs, element-wise work
     # and TP collectives it repeats (full: all; selective: Megatron's attention core only, a stack's
@@ -513,6 +566,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     else:
         recomp = 0.0
     moe_bwd += recomputed * moe_fwd  # the recomputed share of the forward's permutation
+    host_bwd += recomputed * host_fwd  # and of its issue (a recomputed forward syncs again)
 
     # context parallelism: ring attention passes K and V around the cp ranks (and their
     # gradients backward), hidden behind the attention core where it can be
@@ -608,6 +662,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_BWD_EP] = ep_bwd
     out[L_FWD_MOE] = moe_fwd
     out[L_BWD_MOE] = moe_bwd
+    out[L_FWD_MOE_HOST] = host_fwd
+    out[L_BWD_MOE_HOST] = host_bwd
     # traffic before overlap: forward, backward (Megatron's and Transformer Engine's sequence-parallel
     # backward re-gathers each column-parallel input: half a pass more), recomputed share
     regather = 0.5 if (sp and itp > 1 and calib[C_TP_ASYNC_BWD] > 0.0) else 0.0
@@ -620,10 +676,10 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 def layer_fwd_bwd(lc):
     """(forward, backward) seconds of one layer and micro-batch from its costs ``lc``: the backward
     includes the recomputation and its tensor-parallel communication (and, for a mixture of
-    experts, each pass its dispatch and combine and its router and permutation)."""
-    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + lc[L_FWD_MOE]
+    experts, each pass its dispatch and combine, its router and permutation and its exposed host issue)."""
+    fwd = lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + lc[L_FWD_MOE] + lc[L_FWD_MOE_HOST]
     bwd = (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP] + lc[L_BWD_EP]
-           + lc[L_BWD_MOE])
+           + lc[L_BWD_MOE] + lc[L_BWD_MOE_HOST])
     return fwd, bwd
 
 
@@ -1303,6 +1359,7 @@ def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zer
     cp_l = lc[L_CP]
     ep_l = lc[L_FWD_EP] + lc[L_BWD_EP]
     moe_l = lc[L_FWD_MOE] + lc[L_BWD_MOE]
+    host_l = lc[L_FWD_MOE_HOST] + lc[L_BWD_MOE_HOST]  # 0 for a dense layer
 
     # ZeRO-3: one gather in the forward; the other gathers (the recomputed forward's too) and the
     # reduce-scatter in the backward. Prefetching hides each pass's collectives behind its own work.
@@ -1329,6 +1386,8 @@ def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zer
             z3_bwd = overlapped_exposed(z3_bwd_comm, bwd_l + cp_l - lc[L_CP_FWD], slow)
     z3_l = z3_fwd + z3_bwd
     per_layer = compute_l + recomp_l + tp_l + cp_l + ep_l + z3_l + moe_l
+    if moe:  # the MoE layers' exposed host issue (added only with experts: a dense sum stays bit-identical)
+        per_layer += host_l
 
     # pipeline stages
     l_first, l_mid, l_last = split_stage_layers(layers, pp, v, first, last, ends)
@@ -1389,6 +1448,9 @@ def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zer
         backward = l_crit * (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_RECOMP] + lc[L_BWD_TP]
                              + lc[L_RECOMP_TP] + lc[L_BWD_EP] + z3_bwd + lc[L_BWD_MOE])
         forward = l_crit * (lc[L_FWD_GEMM] + lc[L_FWD_ELEM] + lc[L_FWD_TP] + lc[L_FWD_EP] + z3_fwd + lc[L_FWD_MOE])
+        if moe:
+            backward += l_crit * lc[L_BWD_MOE_HOST]
+            forward += l_crit * lc[L_FWD_MOE_HOST]
         dp_exposed = (overlapped_exposed(dp_reduce, backward, calib[C_OVERLAP_SLOWDOWN])
                       + overlapped_exposed(dp_gather, forward, calib[C_OVERLAP_SLOWDOWN]))
 
@@ -1415,6 +1477,7 @@ def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zer
     out[O_OPTIMIZER] = optimizer
     out[O_EP_COMM] = micro * l_crit * ep_l
     out[O_MOE_PERMUTE] = micro * l_crit * moe_l
+    out[O_MOE_HOST] = micro * l_crit * host_l
     out[O_TP_COMM_TOTAL] = micro * l_crit * lc[L_TP_TOTAL]
     out[O_CP_COMM_TOTAL] = micro * l_crit * lc[L_CP_TOTAL]
     out[O_DP_COMM_TOTAL] = micro * (l_crit * z3_total_l + z3_ends) + dp_time

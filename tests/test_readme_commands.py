@@ -342,6 +342,8 @@ def _params(kind):
         if not isinstance(spec, kind):
             continue
         marks = [pytest.mark.slow] if getattr(spec, "slow", False) else []
+        if "snakemake" in " ".join((command, getattr(spec, "stand_in", "") or "")):
+            marks.append(pytest.mark.workflow)  # runs Snakemake (or a dry run of it): make test-all's, not make test's
         out.append(pytest.param(command, spec, id=command[:60], marks=marks))
     return out
 

@@ -102,6 +102,7 @@ def test_the_command_line_search_finds_the_same_best_plan_or_a_faster_one(capsys
     assert same["model_tflops_per_gpu"] == pytest.approx(value, rel=1e-9)
 
 
+@pytest.mark.slow  # the module's fixture has priced the same searches; this checks the CLI's printing of them again
 def test_validate_prints_the_searched_runs(capsys):
     assert main(["validate", "--search-unpublished", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)

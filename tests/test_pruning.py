@@ -72,8 +72,13 @@ def test_every_method_spends_the_same_tokens_and_dbl_starts_where_told():
     for m, r in runs.items():
         np.testing.assert_allclose(r["mix"].sum(axis=1), 1.0, err_msg=m)
         np.testing.assert_allclose(r["tokens"][-1], 50e9)
-    np.testing.assert_allclose(runs["dbl"]["mix"][0], P.START_MIX)
-    np.testing.assert_allclose(runs["dbl-cpt"]["mix"][0], P.SHEARED_CPT_MIX)
+    # DBL updates at step 0 (eval_first), from its start mix with the losses right after pruning
+    start = runs["dbl"]["loss"][0]
+    np.testing.assert_allclose(runs["dbl"]["mix"][0], P.dbl_update(P.START_MIX, start, c["reference"]))
+    np.testing.assert_allclose(runs["dbl-cpt"]["mix"][0], P.dbl_update(P.SHEARED_CPT_MIX, start, c["reference"]))
+    np.testing.assert_allclose(runs["dbl"]["mix"][1], runs["dbl"]["mix"][0])  # held between updates (interval 2)
+    # DRPruning's released callback holds the start mix until its first fitted reference (10% of training)
+    np.testing.assert_allclose(runs["robust-dynamic"]["mix"][:4], np.broadcast_to(P.START_MIX, (4, 7)))
     # DBL moves the mix towards the most lagging domains; the static methods keep Sheared-LLaMA's reference
     assert np.argmax(runs["dbl"]["mix"][-1] / P.START_MIX) in (1, 5)  # github or arxiv: the most damaged
     np.testing.assert_allclose(runs["robust"]["reference"][-1], c["reference"])

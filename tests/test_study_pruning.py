@@ -117,6 +117,7 @@ def test_study_datasets_and_records(tmp_path):
     assert ppl.our_value == pytest.approx(float(expect.median()))
     assert any("over Sheared-LLaMA's dynamic batch loading" in q and "worst" in q for q in by)
     assert any("dynamic over its static reference" in q for q in by)
+    assert worst.quantity.startswith("worst-domain excess loss, DRPruning over fixed")
 
 
 def test_compare_needs_the_new_methods(tmp_path):

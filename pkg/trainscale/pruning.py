@@ -1,5 +1,6 @@
-"""Data mixing after pruning: DRPruning's distributionally robust mixing against a fixed mix, on modelled
-per-domain loss curves (Deng et al., arXiv 2411.14055; code github hexuandeng/DRPruning).
+"""Data mixing after pruning: DRPruning's distributionally robust mixing (static or dynamic reference loss) against
+a fixed mix and Sheared-LLaMA's dynamic batch loading, on modelled per-domain loss curves (Deng et al., arXiv
+2411.14055; code github hexuandeng/DRPruning, read at ac442bb; github princeton-nlp/LLM-Shearing).
 
 **Domains and anchors.** The seven RedPajama domains of Sheared-LLaMA (:data:`DOMAINS`), their start mix
 ``p0`` (LLaMA's data mix: 0.67, .045, .045, .02, .045, .025, .15) and the reference losses of the pruned
@@ -42,7 +43,10 @@ starts, the best three averaged) and evaluated at the domain's end-of-training t
 (``n_i \\cdot T / t``); the prediction is capped at the lowest loss seen. The first prediction replaces the static
 reference, later ones only lower it (``min``). Here the fit is least squares (the curves are noiseless), in the
 curves' own variable ``n + n_0`` (our choice: the form that can fit them exactly), ``alpha`` by a grid and golden
-section. The DRPruning code's history cap (64 points, one of the first 32 dropped at random) is kept, dropping the 16th.
+section. The DRPruning code's history cap (64 points, one of the first 32 dropped at random) is kept, dropping
+the 16th. As in the released callback, the mix keeps the start mix until the first fitted reference (10% of
+training); the callback reads that reference as ``self.target_loss``, which it never sets (read here as its
+``reference_loss``). Both codes evaluate before the first step (``eval_first=true``), so DBL updates at step 0.
 """
 
 from __future__ import annotations
@@ -164,12 +168,14 @@ def dbl_update(w, loss, reference, eta: float = DBL_ETA, c: float = DBL_SMOOTHIN
 def _profile(x_log: np.ndarray, loss: np.ndarray, alpha: np.ndarray):
     """Least-squares ``E, A`` of ``L = E + A x^{-alpha}`` for each domain (rows) at its ``alpha``; the residual."""
     x = np.exp(-alpha[:, None] * x_log)
-    xm, lm = x.mean(axis=1, keepdims=True), loss.mean(axis=1, keepdims=True)
-    var = ((x - xm) ** 2).sum(axis=1)
-    A = np.where(var > 0, ((x - xm) * (loss - lm)).sum(axis=1) / np.where(var > 0, var, 1.0), 0.0)
-    E = lm[:, 0] - A * xm[:, 0]
-    sse = ((E[:, None] + A[:, None] * x - loss) ** 2).sum(axis=1)
-    return E, A, sse
+    k = x.shape[1]
+    xm, lm = x.sum(axis=1) / k, loss.sum(axis=1) / k
+    dx = x - xm[:, None]
+    var = np.einsum("ij,ij->i", dx, dx)
+    A = np.einsum("ij,ij->i", dx, loss) / np.where(var > 0, var, 1.0) * (var > 0)
+    E = lm - A * xm
+    r = E[:, None] + A[:, None] * x - loss
+    return E, A, np.einsum("ij,ij->i", r, r)
 
 
 def fit_curve(n, loss, offset: float = N0_TOKENS, alpha_range=(0.01, 2.0)) -> tuple:
@@ -181,7 +187,9 @@ def fit_curve(n, loss, offset: float = N0_TOKENS, alpha_range=(0.01, 2.0)) -> tu
         raise SpecError("n/loss", n.shape, "expected matching histories of at least 3 points")
     x_log = np.log(n + offset)
     grid = np.geomspace(*alpha_range, 32)
-    sse = np.stack([_profile(x_log, loss, np.full(len(n), g))[2] for g in grid], axis=1)
+    rows = len(n)  # every (domain, grid alpha) pair in one call
+    sse = _profile(np.repeat(x_log, len(grid), axis=0), np.repeat(loss, len(grid), axis=0),
+                   np.tile(grid, rows))[2].reshape(rows, len(grid))
     best = sse.argmin(axis=1)
     lo, hi = grid[np.maximum(best - 1, 0)], grid[np.minimum(best + 1, len(grid) - 1)]
     g = (math.sqrt(5.0) - 1.0) / 2.0
@@ -291,11 +299,13 @@ def train(c: Mapping, tokens: float = 50e9, steps: int = 500, method: str = "rob
         if t % interval == 0:
             if dynamic is not None and t > 0:
                 reference = dynamic.update(t, n, loss[t])
-            if method in ("robust", "robust-dynamic"):
+            # the released DRPruning callback moves the mix only once a fitted reference has come back (from 10%
+            # of training; before_train_batch -> update_proportion): until then robust-dynamic keeps the start mix
+            if method == "robust" or (method == "robust-dynamic" and dynamic.replaced):
                 q = robust_mix(_excess(loss[t], reference), p, rho)
                 if t >= follow_after * steps:
                     p = follow_base(p, q, START_MIX)
-            elif method in ("dbl", "dbl-cpt") and t > 0:  # the first update after the first evaluation interval
+            elif method in ("dbl", "dbl-cpt"):  # eval_first=true in continue_pretrain.sh: an update at step 0
                 q = dbl_update(q, loss[t], reference, clip=clip)
         mix[t], refs[t] = q, reference
         n = n + per_step * q

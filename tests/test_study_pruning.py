@@ -95,7 +95,7 @@ def test_study_datasets_and_records(tmp_path):
     assert mixing["loss"].dims == ("alpha", "damage", "unevenness", "rho", "interval", "mixing", "tokens", "domain")
     assert list(mixing["mixing"].values) == list(P.METHODS)
     assert mixing["updates"].values.tolist() == [20, 10]
-    for name in ("reference_used", "sheared_cpt_mix", "updates", "interval"):
+    for name in ("final_reference", "sheared_cpt_mix", "updates", "interval"):
         assert mixing[name].attrs.get("units"), name
     assert np.all(np.diff(costs["decode_s"].values) < 0)  # smaller pruned sizes decode faster
     for ds in (mixing, costs):
@@ -118,6 +118,16 @@ def test_study_datasets_and_records(tmp_path):
     assert any("over Sheared-LLaMA's dynamic batch loading" in q and "worst" in q for q in by)
     assert any("dynamic over its static reference" in q for q in by)
     assert worst.quantity.startswith("worst-domain excess loss, DRPruning over fixed")
+
+
+def test_trajectories_are_thinned_but_the_summary_is_not():
+    full = study.mixing_study(unevenness=[1.0], steps=200, intervals=[2])
+    assert full.sizes["tokens"] == 41 and full.sizes["step"] == 40 and float(full["tokens"][-1]) == 50e9
+    c = P.curves("1.3b", 0.3, 1.0, 1.0, 0.05)
+    run = P.train(c, 50e9, 200, "dbl", interval=2)
+    np.testing.assert_allclose(full["loss"].sel(mixing="dbl").values.reshape(41, 7), run["loss"][::5])
+    worst = float((run["loss"][-1] - c["reference"]).max())
+    assert float(full["worst_excess"].sel(mixing="dbl").squeeze()) == pytest.approx(worst, rel=1e-12)
 
 
 def test_compare_needs_the_new_methods(tmp_path):

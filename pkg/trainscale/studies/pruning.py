@@ -55,6 +55,7 @@ PAPER_RHO = 0.1
 PAPER_UPDATES = 120
 #: the paper's perplexity reduction of DRPruning against Sheared-LLaMA, percent (quoted from the summary, see above)
 PAPER_PPL_REDUCTION = 5.59
+STORED_POINTS = 40  # about this many points of each loss and mix trajectory are stored
 
 
 def _attrs(da, units, long_name):
@@ -65,8 +66,9 @@ def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: 
                  unevenness: Sequence[float] = (0.5,), rhos: Sequence[float] = (PAPER_RHO,), tokens: float = 50e9,
                  steps: int = 200, margin: float = 0.05, intervals: Sequence[int] = (1,)) -> xr.Dataset:
     """Every mixing method of :data:`trainscale.pruning.METHODS` on the modelled curves for every (alpha, damage,
-    unevenness, rho, interval): per-domain loss over the tokens, the sampling mix, the reference each method
-    measured excess against, and the summary (worst-domain excess, mean loss at the start mix)."""
+    unevenness, rho, interval): per-domain loss over the tokens and the sampling mix (every ``steps //
+    STORED_POINTS`` steps), the reference each method measured excess against at the end, and the summary
+    (worst-domain excess, mean loss at the start mix) from the last step."""
     alphas = check_floats("alphas", alphas, 0.0, 2.0, open_min=True)
     damages = check_floats("damages", damages, 0.0, 10.0, open_min=True)
     unevenness = check_floats("unevenness", unevenness, 0.0, 1.9)
@@ -76,10 +78,14 @@ def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: 
         raise SpecError("intervals", list(intervals), "expected at least one interval")
     intervals = [check_int("intervals", i, 1, steps) for i in intervals]
     methods = P.METHODS
+    # the trajectories are kept at about STORED_POINTS points (the summary uses the last, unthinned)
+    every = max(1, steps // STORED_POINTS)
+    kept_loss = np.unique(np.r_[np.arange(0, steps + 1, every), steps])
+    kept_mix = np.arange(0, steps, every)
     shape = (len(alphas), len(damages), len(unevenness), len(rhos), len(intervals), len(methods))
-    loss = np.empty(shape + (steps + 1, len(P.DOMAINS)))
-    mix = np.empty(shape + (steps, len(P.DOMAINS)))
-    refs = np.empty(shape + (steps, len(P.DOMAINS)))
+    loss = np.empty(shape + (len(kept_loss), len(P.DOMAINS)))
+    mix = np.empty(shape + (len(kept_mix), len(P.DOMAINS)))
+    refs = np.empty(shape + (len(P.DOMAINS),))
     tok = None
     for i, a in enumerate(alphas):
         for j, d in enumerate(damages):
@@ -89,15 +95,16 @@ def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: 
                     for v, iv in enumerate(intervals):
                         for m, method in enumerate(methods):
                             out = P.train(c, tokens, steps, method, rho, interval=iv)
-                            loss[i, j, k, r, v, m], mix[i, j, k, r, v, m] = out["loss"], out["mix"]
-                            refs[i, j, k, r, v, m], tok = out["reference"], out["tokens"]
+                            loss[i, j, k, r, v, m] = out["loss"][kept_loss]
+                            mix[i, j, k, r, v, m] = out["mix"][kept_mix]
+                            refs[i, j, k, r, v, m], tok = out["reference"][-1], out["tokens"][kept_loss]
     ref = P.REFERENCE_LOSS[size]
     dims = ("alpha", "damage", "unevenness", "rho", "interval", "mixing")
     ds = xr.Dataset({"loss": (dims + ("tokens", "domain"), loss), "mix": (dims + ("step", "domain"), mix),
-                     "reference_used": (dims + ("step", "domain"), refs)},
+                     "final_reference": (dims + ("domain",), refs)},
                     coords={"alpha": alphas, "damage": damages, "unevenness": unevenness, "rho": rhos,
                             "interval": intervals, "mixing": list(methods), "tokens": tok,
-                            "step": np.arange(steps), "domain": list(P.DOMAINS)})
+                            "step": kept_mix, "domain": list(P.DOMAINS)})
     ds["reference_loss"] = (("domain",), ref)
     ds["start_mix"] = (("domain",), P.START_MIX)
     ds["sheared_cpt_mix"] = (("domain",), P.SHEARED_CPT_MIX)
@@ -107,7 +114,7 @@ def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: 
     ds["mean_loss"] = (final * ds["start_mix"]).sum("domain")
     _attrs(ds["loss"], "nats", "modelled per-domain loss (not a trained model)")
     _attrs(ds["mix"], "1", "sampling mix of the step")
-    _attrs(ds["reference_used"], "nats", "reference loss the method measured excess against at the step")
+    _attrs(ds["final_reference"], "nats", "reference loss the method measured excess against at its last update")
     _attrs(ds["reference_loss"], "nats", f"Sheared-LLaMA's reference loss of the {size} target")
     _attrs(ds["start_mix"], "1", "LLaMA's data mix, the start (and fixed) mix")
     _attrs(ds["sheared_cpt_mix"], "1", "Sheared-LLaMA's continued-pretraining start mix (where its pruning ended)")
@@ -118,7 +125,7 @@ def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: 
                           "unevenness": ("1", "how uneven the damage is across domains (0: even)"),
                           "rho": ("1", "chi-square radius of the robust mix"), "tokens": ("tokens", "tokens trained"),
                           "interval": ("steps", "steps between mix updates"),
-                          "step": ("1", "mixing step"),
+                          "step": ("1", "mixing step (kept every few steps)"),
                           "mixing": (None, "data mixing (fixed: the start mix; robust: DRPruning, static reference; "
                                            "robust-dynamic: DRPruning, dynamic reference; dbl: Sheared-LLaMA's "
                                            "dynamic batch loading; dbl-cpt: the same from its continued-pretraining "
@@ -126,7 +133,8 @@ def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: 
                           "domain": (None, "RedPajama domain")}.items():
         ds[name].attrs.update({"long_name": ln, **({"units": u} if u else {})})
     ds.attrs.update(provenance({"size": size, "tokens": tokens, "steps": steps, "margin": margin,
-                                "intervals": intervals, "damage_pattern": P.DAMAGE_PATTERN.tolist(),
+                                "intervals": intervals, "stored_every": every,
+                                "damage_pattern": P.DAMAGE_PATTERN.tolist(),
                                 "n0_tokens": P.N0_TOKENS}))
     return ds
 

@@ -80,6 +80,7 @@ def test_robust_mixing_lowers_the_worst_domain_on_uneven_damage():
     (lambda: P.curves("9b"), "size"), (lambda: P.curves(alpha=0.0), "alpha"),
     (lambda: P.train(P.curves(), method="dro"), "method"), (lambda: P.robust_mix([0.1, 0.2], [0.5, 0.5], 0.0), "rho"),
     (lambda: study.mixing_study(rhos=[]), "rhos"), (lambda: P.pruned_model("5b"), "size"),
+    (lambda: study.mixing_study(intervals=[]), "intervals"),
 ])
 def test_bad_input_names_the_field(call, field):
     with pytest.raises(SpecError) as err:
@@ -88,15 +89,50 @@ def test_bad_input_names_the_field(call, field):
 
 
 def test_study_datasets_and_records(tmp_path):
-    mixing = study.mixing_study(alphas=[0.3], damages=[1.0], unevenness=[0.0, 1.0], rhos=[0.1, 0.2], steps=20)
+    mixing = study.mixing_study(alphas=[0.3], damages=[1.0], unevenness=[0.0, 1.0], rhos=[0.1, 0.2], steps=20,
+                                intervals=[1, 2])
     costs = study.inference_costs()
-    assert mixing["loss"].dims == ("alpha", "damage", "unevenness", "rho", "mixing", "tokens", "domain")
+    assert mixing["loss"].dims == ("alpha", "damage", "unevenness", "rho", "interval", "mixing", "tokens", "domain")
+    assert list(mixing["mixing"].values) == list(P.METHODS)
+    assert mixing["updates"].values.tolist() == [20, 10]
+    for name in ("final_reference", "sheared_cpt_mix", "updates", "interval"):
+        assert mixing[name].attrs.get("units"), name
     assert np.all(np.diff(costs["decode_s"].values) < 0)  # smaller pruned sizes decode faster
     for ds in (mixing, costs):
         for name in list(ds.data_vars) + list(ds.coords):
             assert ds[name].attrs.get("long_name"), name
     tsio.write_dataset(mixing, tmp_path / "mixing.nc")
     records = study.compare(tmp_path)
-    assert len(records) == 2 and all(r.verdict in comparison.VERDICTS for r in records)
+    assert len(records) == 5 and all(r.verdict in comparison.VERDICTS for r in records)
     worst = records[0]
     assert worst.our_low <= worst.our_value <= worst.our_high and worst.our_value < 1.0
+    by = {r.quantity: r for r in records}
+    ppl = next(r for q, r in by.items() if q.startswith("perplexity reduction"))
+    assert ppl.paper_value == pytest.approx(5.59) and ppl.neutral == 0.0 and ppl.units == "%"
+    assert ppl.our_low <= ppl.our_value <= ppl.our_high and not ppl.same_setting
+    assert "interval" in ppl.free_parameter and "DBL start mix" in ppl.free_parameter
+    # the perplexity record recomputed from the dataset (interval 1 has 20 updates, nearest 120 of those swept)
+    sel = mixing["mean_loss"].sel(rho=0.1, interval=1)
+    expect = 100 * (1 - np.exp(sel.sel(mixing="robust-dynamic") - sel.sel(mixing="dbl")))
+    assert ppl.our_value == pytest.approx(float(expect.median()))
+    assert any("over Sheared-LLaMA's dynamic batch loading" in q and "worst" in q for q in by)
+    assert any("dynamic over its static reference" in q for q in by)
+    assert worst.quantity.startswith("worst-domain excess loss, DRPruning over fixed")
+
+
+def test_trajectories_are_thinned_but_the_summary_is_not():
+    full = study.mixing_study(unevenness=[1.0], steps=200, intervals=[2])
+    assert full.sizes["tokens"] == 41 and full.sizes["step"] == 40 and float(full["tokens"][-1]) == 50e9
+    c = P.curves("1.3b", 0.3, 1.0, 1.0, 0.05)
+    run = P.train(c, 50e9, 200, "dbl", interval=2)
+    np.testing.assert_allclose(full["loss"].sel(mixing="dbl").values.reshape(41, 7), run["loss"][::5])
+    worst = float((run["loss"][-1] - c["reference"]).max())
+    assert float(full["worst_excess"].sel(mixing="dbl").squeeze()) == pytest.approx(worst, rel=1e-12)
+
+
+def test_compare_needs_the_new_methods(tmp_path):
+    mixing = study.mixing_study(alphas=[0.3], damages=[1.0], unevenness=[0.5], rhos=[0.1], steps=20)
+    tsio.write_dataset(mixing.sel(mixing=["fixed", "robust"]), tmp_path / "mixing.nc")
+    with pytest.raises(SpecError) as err:
+        study.compare(tmp_path)
+    assert err.value.field == "mixing"

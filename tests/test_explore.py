@@ -260,3 +260,12 @@ def test_notebook_executes_headless(tmp_path):
     assert mimes.count("application/vnd.plotly.v1+json") >= n_studies  # every study's figure
     text = "".join("".join(o.get("text", "")) for o in outputs)
     assert f"study datasets read from {FIGURES}" in text
+
+
+def test_the_pruning_explorer_shows_the_interval_the_study_draws():
+    """The explorer's pruning figure selects the update interval losses.png draws (the paper's, by the study's
+    rule), not one typed apart from it."""
+    from trainscale.studies import pruning
+
+    ds = tsio.read_dataset(FIGURES / "pruning" / "mixing.nc")
+    assert explore.MAIN_FIGURES["pruning"].sel["interval"] == pruning._paper_interval(ds)

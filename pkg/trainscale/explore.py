@@ -658,8 +658,10 @@ MAIN_FIGURES: dict[str, FigureSpec] = {
                                       facet_col="lr", reduce={"seed": "mean"}, log_y=True,
                                       title="gear training vs synchronous and asynchronous SGD: held-out loss over steps"),
     "pruning": FigureSpec("mixing.nc", "losses.png", ("loss",), "tokens", color="domain", facet_col="mixing",
-                          sel={"alpha": 0.3, "damage": 1.0, "unevenness": 0.5, "rho": 0.1},
-                          title="modelled per-domain loss: fixed vs DRPruning's robust mixing"),
+                          # interval 2: 100 mix updates over the 200 steps, the swept interval nearest the codes'
+                          # 120 that losses.png draws (studies.pruning._paper_interval)
+                          sel={"alpha": 0.3, "damage": 1.0, "unevenness": 0.5, "rho": 0.1, "interval": 2},
+                          title="modelled per-domain loss: fixed, DRPruning's robust mixing and Sheared-LLaMA's DBL"),
 }
 
 GANTT_OPS = ("forward", "backward", "weight gradient")

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, perfmodel
+from .. import comparison, figurecheck, perfmodel
 from .. import io as tsio
 from ..io import provenance
 from ..specs import RECOMPUTE_MODES, PlanSpec, SpecError, resolve_model, resolve_system
@@ -300,3 +300,183 @@ def compare(folder) -> list[comparison.Record]:
                            note="GPipe recomputes to fit, 1F1B keeps pp micro-batches' activations"),
         planner,
     ]
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+SCHEDULE_LABELS = {"gpipe": "GPipe", "1f1b": "1F1B (DAPPLE)", "interleaved": "interleaved 1F1B", "zb-h1": "ZB-H1"}
+_MARKERS = {"gpipe": "o", "1f1b": "s", "interleaved": "^", "zb-h1": "D"}
+_APPROACH_LABELS = {"planner": "DAPPLE's planner", "pipedream": "PipeDream's planner",
+                    "data-parallel": "data parallel only", "even-pipeline": "one pipeline, even split"}
+_APPROACH_MARKERS = {"planner": "o", "pipedream": "x", "data-parallel": "s", "even-pipeline": "^"}
+
+
+def draw_gantt(folder):
+    """The timeline of each schedule at the same number of micro-batches, on a common time axis: one panel per
+    schedule, one row per device; forward (F), backward (B; input gradient only for ZB-H1) and weight-gradient (W)
+    passes, each bar labelled with its micro-batch and shaded lighter for later micro-batches; hatched: the
+    interleaved schedule's second model chunk."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    folder = Path(folder)
+    tl = tsio.read_dataset(folder / "timelines.nc")
+    setting = json.loads(tl.attrs["parameters"])
+    op_cmaps = [plt.cm.Blues, plt.cm.Oranges, plt.cm.Greens]
+    op_labels = ["F: forward", "B: backward", "W: weight gradient"]
+    n_dev = int(np.nanmax(tl["device"].values)) + 1
+    n_mb = int(np.nanmax(tl["micro_batch"].values)) + 1
+    t_end = float(np.nanmax(tl["end_s"].values))
+    schedules = tl["schedule"].values.tolist()
+    fig, axes = plt.subplots(len(schedules), 1, figsize=(10.0, 1.0 + 0.42 * n_dev * len(schedules)), sharex=True,
+                             squeeze=False)
+    for ax, name in zip(axes[:, 0], schedules):
+        row = tl.sel(schedule=name)
+        keep = np.isfinite(row["start_s"].values)
+        dev, stage, mb, op, start, end = (row[v].values[keep] for v in ("device", "stage", "micro_batch", "op",
+                                                                         "start_s", "end_s"))
+        for d, s, m, o, t0, t1 in zip(dev.astype(int), stage.astype(int), mb.astype(int), op.astype(int), start, end):
+            color = op_cmaps[o](0.85 - 0.5 * m / max(n_mb - 1, 1))
+            second_chunk = s >= n_dev  # virtual stages n_dev.. are the devices' second chunks
+            ax.barh(d, t1 - t0, left=t0, height=0.8, color=color, edgecolor="white", linewidth=0.4,
+                    hatch="////" if second_chunk else None, label="second chunk" if second_chunk else op_labels[o])
+            if t1 - t0 > 0.009 * t_end:
+                ax.text((t0 + t1) / 2, d, str(m), ha="center", va="center", fontsize=6,
+                        color="white" if m < n_mb / 2 else "black")
+        makespan = float(np.nanmax(end))
+        ax.set_yticks(range(n_dev), [f"GPU {d}" for d in range(n_dev)])
+        ax.set_ylim(-0.5, n_dev - 0.5)
+        figurecheck.invert_on_purpose(ax, "y")  # GPU 0 on top
+        ax.grid(axis="y", visible=False)
+        ax.set_title(f"{SCHEDULE_LABELS.get(name, name)}: makespan {makespan:.2f} s", loc="left")
+    axes[-1, 0].set_xlabel("time [s]")
+    axes[-1, 0].set_xlim(0, t_end * 1.01)
+    handles = [Patch(color=cmap(0.7), label=label) for cmap, label in zip(op_cmaps, op_labels)]
+    handles.append(Patch(facecolor="white", edgecolor="0.4", hatch="////", label="second chunk"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles))
+    fig.suptitle(f"{setting['model']}, {n_dev} stages × tp {setting['tp']} on {setting['system']}, "
+                 f"{n_mb} micro-batches (bar labels: micro-batch)", fontsize=9)
+    return fig
+
+
+def draw_memory_vs_throughput(folder):
+    """Peak activation memory of the most loaded GPU against pipeline throughput, one series per schedule, each
+    point labelled with its number of micro-batches."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    from .. import plotting
+
+    ds = tsio.read_dataset(Path(folder) / "schedules.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    fig, ax = plt.subplots(figsize=(7.4, 4.4))
+    # label placement (offset in points, horizontal alignment) per schedule, so coinciding points stay readable
+    offsets = {"gpipe": ((7, -3), "left"), "1f1b": ((0, -13), "center"), "interleaved": ((0, 7), "center"),
+               "zb-h1": ((0, 7), "center")}
+    for i, name in enumerate(ds["schedule"].values.tolist()):
+        x = ds["tokens_per_s"].sel(schedule=name).values
+        y = ds["peak_activation_gib"].sel(schedule=name).values
+        ax.plot(x, y, marker=_MARKERS.get(name, "o"), markersize=6, color=f"C{i}",
+                label=SCHEDULE_LABELS.get(name, name), alpha=0.85)
+        offset, align = offsets.get(name, ((4, 4), "left"))
+        for m, xi, yi in zip(ds["micro_batches"].values, x, y):
+            ax.annotate(f"m={int(m)}", (xi, yi), textcoords="offset points", xytext=offset, fontsize=6.5,
+                        color=f"C{i}", ha=align)
+    ax.set_yscale("log")
+    ax.margins(x=0.08, y=0.15)
+    lo, hi = ax.get_ylim()
+    ticks = [t for t in 2.0 ** np.arange(-6, 10) if lo <= t <= hi]
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set(xlabel=plotting.label(ds["tokens_per_s"]), ylabel=plotting.label(ds["peak_activation_gib"]))
+    ax.set_title(f"{setting['model']}, {setting['pp']} stages × tp {setting['tp']} on {setting['system']}; "
+                 "m: micro-batches", loc="left")
+    ax.legend(loc="upper left")
+    return fig
+
+
+def draw_planner(folder):
+    """Throughput of DAPPLE's planner, PipeDream's planner, pure data parallelism and an evenly split pipeline
+    against the network bandwidth per server, at the reference global batch; the planners' points labelled with
+    their plans (replicas x stages), 25 Gb/s Ethernet dotted."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    from .. import plotting
+
+    pl = tsio.read_dataset(Path(folder) / "planner.nc")
+    params = json.loads(pl.attrs["parameters"])
+    ref_pl = pl.sel(global_batch=params["reference_global_batch"])
+    bw = pl["bandwidth_GBps"].values
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, approach in enumerate(pl["approach"].values.tolist()):
+        ax.plot(bw, ref_pl["tokens_per_s"].sel(approach=approach), marker=_APPROACH_MARKERS.get(approach, "o"),
+                color=f"C{i}", linestyle="-" if approach in ("planner", "pipedream") else "--",
+                label=_APPROACH_LABELS.get(approach, approach))
+    for k, (approach, dy) in enumerate((("planner", 7), ("pipedream", -12))):
+        r = ref_pl.sel(approach=approach)
+        for b, y, dp, pp_ in zip(bw, r["tokens_per_s"].values, r["dp"].values, r["pp"].values):
+            if dp > 0:
+                ax.annotate(f"{int(dp)}×{int(pp_)}", (b, y), textcoords="offset points", xytext=(0, dy),
+                            ha="center", fontsize=7, color=f"C{k}")
+    if bw.min() <= ETHERNET_GBps <= bw.max():
+        figurecheck.guide(ax.axvline(ETHERNET_GBps, color="0.4", linestyle=":", linewidth=1))  # labelled below
+        ax.text(ETHERNET_GBps, 0.02, " 25 Gb/s Ethernet", transform=ax.get_xaxis_transform(), fontsize=7,
+                color="0.3")
+    ax.set_xscale("log")
+    ax.set_xticks(bw, [f"{b:g}" for b in bw])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e3:g}k"))
+    ax.set(xlabel=plotting.label(pl["bandwidth_GBps"]), ylabel=plotting.label(pl["tokens_per_s"]), ylim=(0, None))
+    ax.set_title(f"{params['model']} on {params['nodes']} × {params['system']}, global batch "
+                 f"{params['reference_global_batch']}; labels: replicas × stages", loc="left")
+    ax.legend(loc="lower right")
+    return fig
+
+
+def draw_memory_limited(folder):
+    """GPipe against 1F1B under the GPU's memory: each schedule's best plan that fits, by global batch (left:
+    throughput, each point labelled with the plan chosen; right: memory of the most loaded GPU, with the GPU's
+    capacity dashed)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    from .. import plotting
+
+    lim = tsio.read_dataset(Path(folder) / "memory_limited.nc")
+    best = best_fitting(lim)
+    setting = json.loads(lim.attrs["parameters"])
+    batches = lim["global_batch"].values
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(9.6, 3.8))
+    for i, name in enumerate(best["schedule"].values.tolist()):
+        fitting = lim["tokens_per_s"].sel(schedule=name).where(lim["fits"].sel(schedule=name))
+        stacked = fitting.stack(point=("recompute", "micro_batch_size"))
+        choice = stacked.fillna(-1.0).argmax("point").values
+        labels = [f"{stacked['recompute'].values[c]}, mb {int(stacked['micro_batch_size'].values[c])}"
+                  for c in choice]
+        for ax, var in ((ax_t, "tokens_per_s"), (ax_m, "memory_gib")):
+            y = best[var].sel(schedule=name).values
+            ax.plot(batches, y, marker=_MARKERS.get(name, "o"), color=f"C{i}", label=SCHEDULE_LABELS.get(name, name))
+            if ax is ax_t:
+                for x, yi, text in zip(batches, y, labels):
+                    ax.annotate(text, (x, yi), textcoords="offset points", xytext=(0, 7 if i else -12),
+                                ha="center", fontsize=6.5, color=f"C{i}")
+    ax_m.axhline(setting["hbm_capacity_GiB"], color="0.4", linestyle="--", linewidth=1, label="GPU memory")
+    for ax in (ax_t, ax_m):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(int(b)) for b in batches])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel(plotting.label(lim["global_batch"]))
+        ax.margins(y=0.15)
+    ax_t.set_ylabel(plotting.label(lim["tokens_per_s"]))
+    ax_m.set_ylabel("memory of the most loaded GPU [GiB]")
+    ax_t.legend(loc="lower right")
+    ax_m.legend(loc="lower right")
+    fig.suptitle(f"{setting['model']}, {setting['pp']} stages x tp {setting['tp']} on {setting['system']}: "
+                 "each schedule's best plan that fits", fontsize=9)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"gantt.png": draw_gantt, "memory_vs_throughput.png": draw_memory_vs_throughput,
+           "planner.png": draw_planner, "memory_limited.png": draw_memory_limited}

@@ -57,7 +57,7 @@ import xarray as xr
 import json
 from pathlib import Path
 
-from .. import comparison, convergence, pipeline, wallclock
+from .. import comparison, convergence, figurecheck, pipeline, wallclock
 from .. import io as tsio
 from ..compression import CompressorSpec
 from ..io import provenance
@@ -385,3 +385,108 @@ def compare(folder) -> list[comparison.Record]:
                                                   "(synthetic two-layer proxy of the convergence cost)",
                                free_parameter="target loss (share of the uncompressed run's steps)", sweep=t2t.values),
     ]
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+_STYLES = {"baseline": ("C0", "o", "in site order, uncompressed"), "compression": ("C1", "s", "adaptive compression"),
+           "placement": ("C2", "^", "placement by bandwidth"),
+           "placement+compression": ("C3", "D", "placement + adaptive compression")}
+
+
+def _figure_setting(folder):
+    """The pipeline dataset, the slowest links in Gb/s (as the paper quotes links) and the figures' title."""
+    pipe = tsio.read_dataset(Path(folder) / "geo_pipeline.nc")
+    setting = json.loads(pipe.attrs["parameters"])
+    bw = pipe["bandwidth_GBps"].values * 8
+    title = f"{setting['model']}, {setting['sites']} sites x {setting['gpus_per_site']} GPUs ({setting['system']})"
+    return pipe, bw, title
+
+
+def _gbps_axis(ax, bw):
+    ax.set_xscale("log")
+    ax.set_xticks(bw)
+    ax.set_xticklabels([f"{b * 1e3:.0f} Mb/s" if b < 1 else f"{b:g} Gb/s" for b in bw], rotation=45, ha="right",
+                       fontsize=7)
+    ax.minorticks_off()
+
+
+def draw_throughput(folder):
+    """Throughput of the pipeline over the sites for each approach against the slowest link between the sites:
+    geometric mean over the draws of the links, the range over the draws shaded."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from .. import plotting
+
+    pipe, bw, title = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    tput = pipe["tokens_per_s"]
+    band = "range over the draws of the links"
+    handles = []
+    for approach in pipe["approach"].values.tolist():
+        color, marker, lab = _STYLES[approach]
+        sel = tput.sel(approach=approach)
+        handles += ax.plot(bw, np.exp(np.log(sel).mean("draw")), color=color, marker=marker, label=lab)
+        ax.fill_between(bw, sel.min("draw"), sel.max("draw"), color=color, alpha=0.15, linewidth=0, label=band)
+    _gbps_axis(ax, bw)
+    ax.set_yscale("log")
+    ax.set(xlabel="slowest link between sites", ylabel=plotting.label(tput), title=title)
+    ax.legend(handles=[*handles, Patch(color="0.5", alpha=0.3, linewidth=0, label=band)], loc="lower right")
+    return fig
+
+
+def draw_speedup(folder):
+    """Speedup of each approach over the uncompressed pipeline in site order (geometric mean over the draws),
+    FusionLLM's reported range shaded; dashed: the time-to-target speedup (throughput speedup over the
+    steps-to-target ratio of the compression used), median over the swept targets with their range shaded."""
+    import matplotlib.pyplot as plt
+
+    pipe, bw, title = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    figurecheck.guide(ax.axhspan(1.45, 9.39, color="0.85", zorder=0))  # labelled by the text
+    ax.text(bw[0], 1.5, " FusionLLM: 1.45-9.39x (48 GPUs)", va="bottom", fontsize=7, color="0.3")
+    t2t_label = "time to target (median; band: range over targets)"
+    handles = []
+    for approach in ["compression", "placement", "placement+compression"]:
+        color, marker, lab = _STYLES[approach]
+        handles += ax.plot(bw, pipe["speedup_geomean"].sel(approach=approach), color=color, marker=marker, label=lab)
+        if approach != "placement":
+            t2t = pipe["time_to_target_speedup_geomean"].sel(approach=approach)
+            ax.plot(bw, t2t.median("target_fraction"), color=color, linestyle="--", linewidth=1, label=t2t_label)
+            ax.fill_between(bw, t2t.min("target_fraction"), t2t.max("target_fraction"), color=color, alpha=0.12,
+                            linewidth=0, label=t2t_label)
+    figurecheck.guide(ax.axhline(1.0, color="0.3", linewidth=0.8))  # no speedup: the axis label explains it
+    _gbps_axis(ax, bw)
+    ax.set_yscale("log")
+    ax.set(xlabel="slowest link between sites", ylabel="speedup over the baseline", title=title)
+    handles += ax.plot([], [], color="0.3", linestyle="--", linewidth=1, label=t2t_label)  # the key of the dashed lines
+    ax.legend(handles=handles, loc="upper right", fontsize=7)
+    return fig
+
+
+def draw_convergence(folder):
+    """Training loss of the synthetic proxy problem, uncompressed and with error-feedback top-k at each keep
+    fraction; dotted: the swept target losses (labels: steps-to-target ratio at the earliest and the latest
+    target)."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    conv = tsio.read_dataset(Path(folder) / "compression_convergence.nc")
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for i, k in enumerate(conv["keep_fraction"].values):
+        r = conv["steps_ratio"].isel(keep_fraction=i).values
+        lab = "uncompressed" if k >= 1 else f"top-k, keep {k:g} (steps to target x{r[0]:.2f} .. x{r[-1]:.2f})"
+        ax.plot(conv["step"], conv["loss"][i], color=f"C{i}", label=lab)
+    for j, t in enumerate(conv["target_loss"].values):
+        ax.axhline(t, color="0.3", linestyle=":", linewidth=0.8, label="targets" if j == 0 else None)
+    ax.set_yscale("log")
+    ax.set(xlabel="step", ylabel=plotting.label(conv["loss"]),
+           title=f"two_layer, {conv.attrs['n_params']} parameters (proxy for compressed messages)")
+    ax.legend(loc="upper right")
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"throughput.png": draw_throughput, "speedup.png": draw_speedup, "convergence.png": draw_convergence}

@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison
+from .. import comparison, figurecheck
 from .. import convergence as C
 from .. import io as tsio
 from .. import wallclock as wc
@@ -55,7 +55,8 @@ from ..io import provenance
 from ..specs import SpecError
 
 __all__ = ["METHODS", "DEFAULTS", "PAPER", "OUTPUTS", "RESOURCES", "PAPER_SETTING", "build_setting",
-           "halos_comparison", "bandwidth_sweep", "method_timing", "compare"]
+           "halos_comparison", "bandwidth_sweep", "method_timing", "compare", "FIGURES", "draw_loss_vs_time",
+           "draw_time_to_target", "draw_speedup_vs_bandwidth"]
 
 PAPER = ("Kim et al., HALoS: Hierarchical Asynchronous Local SGD over Slow Networks for Geo-Distributed "
          "Large Language Model Training (ICML 2025)")
@@ -422,3 +423,115 @@ def compare(folder) -> list[comparison.Record]:
         our_value=final[h] / final[i["diloco"]], our_setting=ours, same_setting=same,
         note=f"final losses: {order}"))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+_COLORS = {"diloco": "C0", "async_local": "C1", "hierarchical": "C2"}
+
+
+def _figure_setting(folder):
+    """The comparison dataset, the methods' labels and the figures' title."""
+    ds = tsio.read_dataset(Path(folder) / "comparison.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    title = (f"{setting['model']} stand-in, {setting['regions']}x{setting['workers_per_region']} workers, "
+             f"{setting['inter_min_Gbps']:g}-{setting['inter_max_Gbps']:g} Gb/s between regions")
+    return ds, json.loads(ds.attrs["labels"]), setting, title
+
+
+def draw_loss_vs_time(folder):
+    """Training loss against wall-clock time (log) of each method's best run, with the target loss dotted."""
+    import matplotlib.pyplot as plt
+
+    ds, labels, _, title = _figure_setting(folder)
+    target = ds.attrs["target_loss"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for m in ds["method"].values.tolist():
+        t = ds["time_s"].sel({"method": m}).values
+        loss = ds["loss"].sel({"method": m}).values
+        keep = t > 0
+        ax.plot(t[keep], loss[keep], color=_COLORS.get(m, "0.5"),
+                label=f"{labels[m]} (lr {float(ds['best_lr'].sel({'method': m})):g}, "
+                      f"outer {float(ds['best_outer_lr'].sel({'method': m})):g})")
+    figurecheck.guide(ax.axhline(target, color="0.3", linestyle=":", linewidth=1))  # labelled by the text
+    ax.text(0.01, target, "target", transform=ax.get_yaxis_transform(), va="bottom", fontsize=7, color="0.3")
+    ax.set_xscale("log")
+    ax.set(xlabel="wall-clock time (s)", ylabel="training loss", title=title)
+    ax.legend(loc="upper right", fontsize=7)
+    return fig
+
+
+def draw_time_to_target(folder):
+    """Left: time to the target loss per method, annotated with HALoS's speed-up over each; right: HALoS's
+    speed-up when the target is moved (same runs), the paper's figures dashed, the configured target dotted."""
+    import matplotlib.pyplot as plt
+
+    ds, labels, setting, _ = _figure_setting(folder)
+    methods = ds["method"].values.tolist()
+    target = ds.attrs["target_loss"]
+    ttt = ds["time_to_target_s"].values
+    speed = ds["speedup_of_hierarchical"].values
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    x = np.arange(len(methods))
+    for i, m in enumerate(methods):
+        ax.bar(x[i], np.nan_to_num(ttt[i], nan=0.0), color=_COLORS.get(m, "0.5"), label=labels[m])
+    for i, m in enumerate(methods):
+        text = "not reached" if not np.isfinite(ttt[i]) else (
+            f"{ttt[i]:.0f} s" + ("" if m == "hierarchical" else f"\n{speed[i]:.1f}x"))
+        ax.text(i, ttt[i] if np.isfinite(ttt[i]) else 1.0, text, ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 1.15 * np.nanmax(ttt))
+    ax.set_xticks(x, [labels[m] for m in methods], fontsize=7)
+    ax.set(ylabel="time to target (s)", title=f"target loss {target:.3f}")
+    ax.legend(loc="upper right", fontsize=7)
+    sw = ds["sweep_time_to_target_s"]
+    for base, paper, marker in (("diloco", 7.5, "o"), ("async_local", 2.1, "s")):
+        ratio = sw.sel({"method": base}) / sw.sel({"method": "hierarchical"})
+        ax2.plot(ds["target_fraction"], ratio, marker=marker, color=_COLORS[base], label=f"vs {labels[base]}")
+        ax2.axhline(paper, color=_COLORS[base], linestyle="--", linewidth=1, label=f"paper: up to {paper:g}x")
+    figurecheck.guide(ax2.axhline(1.0, color="0.5", linewidth=1))  # no speed-up: the axis label explains it
+    unreached = [f"{f:g}" for f, t in zip(ds["target_fraction"].values, sw.sel({"method": "hierarchical"}).values)
+                 if not np.isfinite(t)]
+    if unreached:
+        ax2.text(0.02, 0.02, f"HALoS does not reach target(s) {', '.join(unreached)}", transform=ax2.transAxes,
+                 fontsize=7, color="0.3")
+    ax2.set_yscale("log")
+    ax2.axvline(float(setting["target_fraction"]), color="0.3", linestyle=":", linewidth=1, label="configured target")
+    fractions = ds["target_fraction"].values  # every swept target, those HALoS does not reach included
+    pad = 0.05 * (fractions.max() - fractions.min())
+    ax2.set_xlim(fractions.min() - pad, fractions.max() + pad)
+    ax2.set(xlabel="target (fraction of the way from floor to initial loss)", ylabel="HALoS speed-up (time to target)",
+            title="speed-up against the choice of target")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def draw_speedup_vs_bandwidth(folder):
+    """HALoS's speed-up in time to target over synchronous DiLoCo and over asynchronous local SGD with every
+    inter-region link scaled (best learning rates of the main comparison), against the mean inter-region
+    bandwidth."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    _, _, _, title = _figure_setting(folder)
+    sweep = tsio.read_dataset(Path(folder) / "bandwidth.nc")
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    bw = sweep["mean_inter_Gbps"].values
+    ax.plot(bw, sweep["speedup_vs_diloco"], marker="o", color="C0", label="HALoS vs synchronous DiLoCo")
+    ax.plot(bw, sweep["speedup_vs_async"], marker="s", color="C1", label="HALoS vs asynchronous local SGD")
+    figurecheck.guide(ax.axhline(1.0, color="0.5", linewidth=1))  # no speed-up: the axis label explains it
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # a range under a decade: plain numbers on the log axes
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(bw)
+    ax.set_yticks([0.5, 1, 2, 5, 10])
+    ax.set(xlabel="mean inter-region bandwidth (Gb/s)", ylabel="HALoS speed-up in time to target", title=title)
+    ax.legend(fontsize=7)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"loss_vs_time.png": draw_loss_vs_time, "time_to_target.png": draw_time_to_target,
+           "speedup_vs_bandwidth.png": draw_speedup_vs_bandwidth}

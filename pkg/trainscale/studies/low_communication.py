@@ -48,7 +48,8 @@ from ..checks import check_float, check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_model, resolve_system
 
-__all__ = ["COMPRESSORS", "METHODS", "PAPER", "OUTPUTS", "RESOURCES", "compare", "low_communication", "method_runs"]
+__all__ = ["COMPRESSORS", "METHODS", "PAPER", "OUTPUTS", "RESOURCES", "compare", "low_communication", "method_runs",
+           "FIGURES", "draw_tokens_per_s", "draw_loss_vs_tokens", "draw_loss_vs_time"]
 
 METHODS = ("allreduce", "diloco", "diloco-delayed", "diloco-delayed-compressed")
 COMPRESSORS = ("top_k", "powersgd")
@@ -215,6 +216,14 @@ def low_communication(*, model: str = "llama2-70b", system: str = "dgx-a100-80gb
     return ds
 
 
+def _paper_bandwidth(bws) -> float:
+    """The paper's 1 Gb/s if it is swept, else the swept bandwidth nearest it (in ratio)."""
+    bws = np.asarray(bws, dtype=float)
+    if np.isclose(bws, PAPER_BANDWIDTH_GBPS).any():
+        return PAPER_BANDWIDTH_GBPS
+    return float(bws[np.argmin(np.abs(np.log(bws / PAPER_BANDWIDTH_GBPS)))])
+
+
 def compare(folder) -> list[comparison.Record]:
     """DiLoCoX's two claims against the saved dataset of ``folder`` (``low_communication.nc``): the full
     recipe's (delayed outer step and compression) speed-up in tokens/s over AllReduce at 1 Gb/s, and its
@@ -224,8 +233,7 @@ def compare(folder) -> list[comparison.Record]:
     study = "low-communication"
     best = "diloco-delayed-compressed"
     bws = ds["bandwidth_GBps"].values
-    at_paper = bool(np.isclose(bws, PAPER_BANDWIDTH_GBPS).any())
-    bw = PAPER_BANDWIDTH_GBPS if at_paper else float(bws[np.argmin(np.abs(np.log(bws / PAPER_BANDWIDTH_GBPS)))])
+    bw = _paper_bandwidth(bws)
     comp = q["compressor"]
     comp_text = (f"top-k {comp['ratio']:g}" if comp["name"] == "top_k" else f"PowerSGD rank {comp['rank']}")
     ours = (f"{q['model']} priced on {q['clusters']} clusters x {q['gpus_per_cluster']} GPUs of {q['system']}, "
@@ -250,3 +258,83 @@ def compare(folder) -> list[comparison.Record]:
               "reading of negligible; final losses: "
               + ", ".join(f"{m} {final[m]:.4g} ({final[m] / final['allreduce'] - 1:+.0%})" for m in METHODS))))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+_STYLES = {"allreduce": ("C3", "o", "-"), "diloco": ("C0", "s", "--"), "diloco-delayed": ("C1", "^", "-."),
+           "diloco-delayed-compressed": ("C2", "D", "-")}
+
+
+def _figure_setting(folder):
+    """The dataset, the methods' labels and the figures' title."""
+    ds = tsio.read_dataset(Path(folder) / "low_communication.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    labels = {"allreduce": "AllReduce every step", "diloco": f"DiLoCo (H = {setting['H']})",
+              "diloco-delayed": "DiLoCo + delayed outer step",
+              "diloco-delayed-compressed": f"DiLoCo + delayed + {setting['compressor']['name']} compression"}
+    title = (f"{setting['model']} stand-in, {setting['clusters']} clusters x {setting['gpus_per_cluster']} GPUs "
+             f"({setting['system']})")
+    return ds, labels, title
+
+
+def draw_tokens_per_s(folder):
+    """Throughput of each method against the inter-cluster bandwidth (log-log)."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds, labels, title = _figure_setting(folder)
+    bw = ds["bandwidth_GBps"].values
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for m in ds["method"].values.tolist():
+        color, marker, ls = _STYLES[m]
+        ax.plot(bw * 8, ds["tokens_per_s"].sel({"method": m}), color=color, marker=marker, linestyle=ls,
+                label=labels[m])
+    ax.set(xscale="log", yscale="log", xlabel="inter-cluster bandwidth [Gb/s]",
+           ylabel=plotting.label(ds["tokens_per_s"]), title=title)
+    ax.legend(loc="lower right", fontsize=7)
+    return fig
+
+
+def draw_loss_vs_tokens(folder):
+    """Loss of the synthetic stand-in of each method against the tokens processed, with the target loss (the
+    highest final loss) dotted."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds, labels, title = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for m in ds["method"].values.tolist():
+        color, marker, ls = _STYLES[m]
+        ax.plot(ds["tokens"], ds["loss"].sel({"method": m}), color=color, linestyle=ls, label=labels[m])
+    ax.axhline(float(ds["target_loss"]), color="0.5", linestyle=":", linewidth=1, label="target (highest final loss)")
+    ax.set(yscale="log", xlabel=plotting.label(ds["tokens"]), ylabel=plotting.label(ds["loss"]), title=title)
+    ax.legend(loc="upper right", fontsize=7)
+    return fig
+
+
+def draw_loss_vs_time(folder):
+    """Loss of the synthetic stand-in of each method against wall-clock time at the bandwidth of the comparison
+    with the paper (1 Gb/s, or the swept bandwidth nearest it: the one :func:`compare` reads)."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds, labels, _ = _figure_setting(folder)
+    rep = _paper_bandwidth(ds["bandwidth_GBps"].values)
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for m in ds["method"].values.tolist():
+        color, marker, ls = _STYLES[m]
+        t = ds["time_s"].sel({"method": m, "bandwidth_GBps": rep}) / 3600.0
+        ax.plot(t, ds["loss"].sel({"method": m}), color=color, linestyle=ls, label=labels[m])
+    ax.set(xscale="symlog", yscale="log", xlabel="wall-clock time [h]", ylabel=plotting.label(ds["loss"]),
+           title=f"{rep * 8:g} Gb/s between clusters")
+    ax.legend(loc="upper right", fontsize=7)
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"tokens_per_s.png": draw_tokens_per_s, "loss_vs_tokens.png": draw_loss_vs_tokens,
+           "loss_vs_time.png": draw_loss_vs_time}

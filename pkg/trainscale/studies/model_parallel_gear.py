@@ -33,7 +33,7 @@ from ..io import provenance
 from ..specs import SpecError, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "methods", "walltime_study", "training_study",
-           "loss_at_budget"]
+           "loss_at_budget", "FIGURES", "draw_convergence", "draw_equal_time", "draw_staleness"]
 
 PAPER = "Dong et al., Gear Training (arXiv 1806.03925)"
 OUTPUTS = ("training.nc", "walltime.nc", "convergence.png", "equal_time.png", "staleness.png")
@@ -350,5 +350,51 @@ def draw_equal_time(folder):
     return fig
 
 
+def draw_staleness(folder):
+    """The held-out loss after the budget's steps (median over seeds; a diverged run at the ceiling of
+    ``DIVERGED_FACTOR`` times the initial loss) against the oldest gradient a method applies (gear: max k_p - 1;
+    asynchronous: tau), one colour per learning rate; thin lines: synchronous SGD at each learning rate."""
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    tr, wt = tsio.read_dataset(folder / "training.nc"), tsio.read_dataset(folder / "walltime.nc")
+    budget_steps = int(json.loads(wt.attrs["parameters"])["budget_steps"])
+    eval_every = int(json.loads(tr.attrs["parameters"])["eval_every"])
+    top = DIVERGED_FACTOR * float(tr["loss"].isel(step=0).max())
+    at_steps = tr["loss"].sel(step=budget_steps // eval_every * eval_every).median("seed")
+    from matplotlib.lines import Line2D
+
+    fig, ax = plt.subplots(figsize=(8.0, 3.6))
+    synchronous = "synchronous (thin line, colour of its lr)"
+    capped = False
+    for a, lr in enumerate(tr["lr"].values):
+        for kind, marker in (("gear", "s"), ("asynchronous", "o")):
+            sel = tr["kind"].values == kind
+            x = tr["max_staleness"].values[sel]
+            loss = at_steps.sel(lr=lr).values[sel]
+            capped |= bool((~np.isfinite(loss) | (loss > top)).any())
+            y = np.minimum(loss, top)
+            order = np.argsort(x)
+            ax.plot(x[order], y[order], marker=marker, ls="-" if kind == "gear" else ":", color=f"C{a}",
+                    label=f"{kind}, lr {lr:g}")
+        ax.axhline(float(at_steps.sel(lr=lr, schedule="synchronous")), color=f"C{a}", lw=0.8, alpha=0.6,
+                   label=synchronous)
+    handles, labels = ax.get_legend_handles_labels()
+    keep = [k for k, label in enumerate(labels) if label != synchronous]
+    handles, labels = [handles[k] for k in keep], [labels[k] for k in keep]
+    handles.append(Line2D([], [], color="0.4", lw=0.8, alpha=0.6))
+    labels.append(synchronous)
+    if capped:  # a diverged run is drawn at the ceiling, not at its loss
+        handles.append(ax.axhline(top, color="0.3", ls="--", lw=0.8))
+        labels.append(f"diverged (loss > {DIVERGED_FACTOR:g}x start): drawn here")
+        handles[-1].set_label(labels[-1])
+    ax.set_yscale("log")
+    ax.set_xlabel("oldest gradient applied (steps)")
+    ax.set_ylabel(f"held-out loss after {budget_steps} steps")
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no line under it
+    fig.tight_layout()
+    return fig
+
+
 #: the figures drawn from the saved datasets alone (file name -> function of the output folder)
-FIGURES = {"convergence.png": draw_convergence, "equal_time.png": draw_equal_time}
+FIGURES = {"convergence.png": draw_convergence, "equal_time.png": draw_equal_time, "staleness.png": draw_staleness}

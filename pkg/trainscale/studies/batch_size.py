@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
+from .. import comparison, figurecheck
 from .. import convergence as cv
 from .. import io as tsio
 from .. import perfmodel
@@ -58,7 +58,8 @@ from ..specs import (
 )
 
 __all__ = ["REASONS", "PAPER", "OUTPUTS", "RESOURCES", "batch_size_study", "compare", "step_costs",
-           "steps_to_target_sweep", "target_loss"]
+           "steps_to_target_sweep", "target_loss", "FIGURES", "draw_steps_to_target", "draw_time_to_target",
+           "draw_cost_vs_time"]
 
 PAPER = "Tyagi & Wang, Tula: Optimizing Time, Cost, and Generalization in Distributed Large-Batch Training (arXiv 2026)"
 OUTPUTS = ("batch_size.nc", "steps_to_target.png", "time_to_target.png", "cost_vs_time.png")
@@ -490,3 +491,107 @@ def compare(folder) -> list[comparison.Record]:
         note=f"cheapest = B {ds.attrs['cheapest'][0]} on {ds.attrs['cheapest'][1]} nodes",
         free_parameter=free if np.isfinite(cost_sweep).any() else "", sweep=cost_sweep if free else ()))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def _figure_setting(folder):
+    """The dataset, its parameters, the global batches (float) and node counts, and the figures' title."""
+    ds = tsio.read_dataset(Path(folder) / "batch_size.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    title = (f"{setting['model']} on {setting['system']}, {setting['scale_out_GBps_per_gpu']:g} GB/s scale-out "
+             "per GPU")
+    return ds, setting, ds["global_batch"].values.astype(float), ds["nodes"].values, title
+
+
+def draw_steps_to_target(folder):
+    """Steps to the target loss against the global batch, each batch at its best learning rate, with the fit
+    S_min (1 + B_crit / B), perfect 1/B scaling dotted, the knee B_crit and the gradient noise scale B_simple
+    (its path mean, and its values at the start and at the target shaded)."""
+    import matplotlib.pyplot as plt
+
+    ds, setting, B, _, _ = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    steps = ds["best_steps"].values
+    ax.plot(B, steps, "o", color="C0", label="measured (best learning rate)")
+    bb = np.geomspace(B.min(), B.max(), 200)
+    s_min, b_crit = float(ds["S_min"]), float(ds["B_crit"])
+    ax.plot(bb, s_min * (1 + b_crit / bb), color="C0",
+            label=f"fit $S_{{min}}(1 + B_{{crit}}/B)$, $S_{{min}}$ = {s_min:.3g}")
+    ylim = (0.5 * np.nanmin(steps), 2 * np.nanmax(steps))
+    # perfect scaling, drawn down to the axis' floor (it runs on below it)
+    bb_ideal = np.append(bb[bb < steps[0] * B[0] / ylim[0]], min(steps[0] * B[0] / ylim[0], B.max()))
+    ax.plot(bb_ideal, steps[0] * B[0] / bb_ideal, ":", color="0.4", label="$\\propto 1/B$ (perfect scaling)")
+    ax.axvline(b_crit, color="C1", linestyle="--", label=f"$B_{{crit}}$ = {b_crit:.0f}")
+    b_mean = float(ds["B_simple_mean"])
+    ax.axvline(b_mean, color="C2", linestyle="-.", label=f"$B_{{simple}}$ (path mean) = {b_mean:.0f}")
+    ax.axvspan(float(ds["B_simple_start"]), float(ds["B_simple_target"]), color="C2", alpha=0.08,
+               label="$B_{simple}$ from start to target")
+    ax.set(xscale="log", yscale="log", xlabel="global batch (sequences)", ylabel="steps to target",
+           ylim=ylim, title=f"synthetic {setting['kind']} ({int(ds['n_params'])} parameters), target loss "
+                 f"{float(ds['target_loss']):.3g}")
+    ax.legend(loc="lower left", fontsize=7, framealpha=0.9)  # the empty corner: no line runs under the text
+    return fig
+
+
+def draw_time_to_target(folder):
+    """Time to the target loss against the global batch, one line per node count, with the knee B_crit dashed
+    and the fastest configuration starred."""
+    import matplotlib.pyplot as plt
+
+    ds, _, B, N, title = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    t = ds["time_to_target_s"]
+    colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(N)))
+    for k, n in enumerate(N):
+        ax.plot(B, t.sel(nodes=n).values, marker="o", color=colors[k], label=f"{n} node{'s' if n > 1 else ''}")
+    ax.axvline(float(ds["B_crit"]), color="C1", linestyle="--", linewidth=1, label="$B_{crit}$")
+    fb, fn = ds.attrs["fastest"]
+    ax.plot([fb], [float(t.sel(global_batch=fb, nodes=fn))], "*", color="C3", markersize=14,
+            label=f"fastest: B={fb}, N={fn}")
+    ax.set(xscale="log", yscale="log", xlabel="global batch (sequences)", ylabel="time to target (s)", title=title)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def draw_cost_vs_time(folder):
+    """Cost against time to the target of every feasible (batch, nodes) configuration (colour: batch, size:
+    nodes), the Pareto front joined, the fastest, the cheapest and the largest configuration marked."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    ds, setting, B, N, title = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.2, 4.2))
+    tt = ds["time_to_target_s"].values
+    cc = ds["cost_to_target"].values
+    ok = np.isfinite(tt) & np.isfinite(cc)
+    bi, ni = np.nonzero(ok)
+    sc = ax.scatter(tt[ok], cc[ok], c=B[bi], norm=LogNorm(), cmap="viridis", s=14 + 10 * np.log2(N[ni]), zorder=2,
+                    label="feasible configuration")
+    bar = fig.colorbar(sc, ax=ax, label="global batch (sequences); marker size: nodes")
+    figurecheck.guide(*bar.ax.collections)  # the colour key, not data
+    order = np.argsort(tt[ok], kind="stable")
+    front_t, front_c, best = [], [], np.inf
+    for x, y in zip(tt[ok][order], cc[ok][order]):
+        if y < best:
+            front_t.append(x), front_c.append(y)
+            best = y
+    ax.plot(front_t, front_c, color="0.3", linewidth=1, zorder=1, label="Pareto front")
+    for cell, marker, color, text in ((ds.attrs["fastest"], "*", "C3", "fastest"),
+                                      (ds.attrs["cheapest"], "D", "C1", "cheapest"),
+                                      (ds.attrs["largest"], "X", "k", "largest")):
+        b, n = cell
+        x = float(ds["time_to_target_s"].sel(global_batch=b, nodes=n))
+        y = float(ds["cost_to_target"].sel(global_batch=b, nodes=n))
+        ax.plot([x], [y], marker, color=color, markersize=13, markerfacecolor="none", markeredgewidth=1.8,
+                label=f"{text}: B={b}, N={n}", zorder=3)
+    ax.set(xscale="log", yscale="log", xlabel="time to target (s)",
+           ylabel=f"cost to target (at {setting['price_per_node_hour']:g} per node-hour, assumed)", title=title,
+           ylim=(0.7 * np.nanmin(cc[ok]), 8 * np.nanmax(cc[ok])))
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"steps_to_target.png": draw_steps_to_target, "time_to_target.png": draw_time_to_target,
+           "cost_vs_time.png": draw_cost_vs_time}

@@ -410,7 +410,7 @@ def published_comparison(scaling: xr.Dataset | None = None) -> xr.Dataset:
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "STRATEGIES", "PAPER_SOFTWARE", "PAPER_TP_ASYNC_BACKWARD", "PAPER_TABLE2", "PAPER_RATIO_AT_DOUBLE", "STUDY_MODELS", "best_plan",
            "best_tp", "paper_reference", "published_comparison", "strategy_scaling", "strategy_space", "study_model",
-           "tp_pp_sweep"]
+           "tp_pp_sweep", "FIGURES", "draw_tflops_vs_gpus", "draw_tp_pp_heatmap"]
 
 
 def compare(folder) -> list[comparison.Record]:
@@ -500,3 +500,86 @@ def compare(folder) -> list[comparison.Record]:
                   f"best split ({float(row.max()):.0f})" + ("" if in_paper else
                                                              f"; batch {b} is not among Fig. 13's batch sizes"))))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+_STYLES = {"ptd-p": ("C0", "-", "o", "PTD-P (best plan)"), "ptd-p-node-tp": ("C2", "--", "s", "PTD-P, tp = GPUs per node"),
+           "zero-3": ("C3", "-", "v", "ZeRO-3 (tp = pp = 1)")}
+
+
+def draw_tflops_vs_gpus(folder):
+    """Hardware TFLOP/s per GPU of each strategy at its best plan as the GPU count doubles at a fixed global
+    batch, one panel per model, with PTD-P at the paper's own plan dotted (a flat line: perfect strong
+    scaling)."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds = tsio.read_dataset(Path(folder) / "strategies.nc")
+    names = ds["model"].values.tolist()
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], names):
+        sel = ds.sel(model=model)
+        gpus = sel["gpus"].values
+        for strategy in ds["strategy"].values.tolist():
+            color, ls, marker, label = _STYLES.get(strategy, ("0.5", "-", "o", strategy))
+            ax.plot(gpus, sel["hardware_tflops_per_gpu"].sel(strategy=strategy), color=color, linestyle=ls,
+                    marker=marker, label=label)
+        if np.isfinite(sel["paper_plan_tflops_per_gpu"].values).any():
+            ax.plot(gpus, sel["paper_plan_tflops_per_gpu"], color="0.4", linestyle=":", marker="x",
+                    label="PTD-P, the paper's plan (tp 8, micro-batch 1)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.minorticks_off()
+        ax.set(xlabel="GPUs", ylabel=plotting.label(ds["hardware_tflops_per_gpu"]), ylim=(0, None),
+               title=f"{model}, batch {int(sel['global_batch'])}, {ds.attrs['system']}")
+    entries = {}  # one entry per series any panel draws, under the panels
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(entries.values(), entries.keys(), loc="outside lower center", ncol=min(len(entries), 4))
+    return fig
+
+
+def draw_tp_pp_heatmap(folder):
+    """Hardware TFLOP/s per GPU of every (tp, pp) split of the sweep's GPUs (data parallelism takes the rest),
+    each at its best micro-batch, one panel per global batch; blank: does not fit. Outlined red: tp x pp = all
+    GPUs (the paper's Fig. 13 comparison); thick orange frame and star: the best of those."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    sweep = tsio.read_dataset(Path(folder) / "tp_pp_sweep.nc")
+    tps, pps = sweep["tp"].values, sweep["pp"].values
+    batches = sweep["global_batch"].values.tolist()
+    vmax = float(sweep["hardware_tflops_per_gpu"].max())
+    fig, axes = plt.subplots(1, len(batches), figsize=(4.4 * len(batches), 4.2), squeeze=False)
+    best = best_tp(sweep)
+    for ax, b in zip(axes[0], batches):
+        grid = sweep["hardware_tflops_per_gpu"].sel(global_batch=b).values
+        im = ax.imshow(grid, origin="lower", cmap="viridis", vmin=0, vmax=vmax)
+        ax.grid(False)
+        for i in range(len(tps)):
+            for j in range(len(pps)):
+                if np.isfinite(grid[i, j]):
+                    ax.text(j, i, f"{grid[i, j]:.0f}", ha="center", va="center", fontsize=7,
+                            color="white" if grid[i, j] < 0.6 * vmax else "black")
+                if tps[i] * pps[j] == sweep.attrs["gpus"]:
+                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.2))
+        t = int(best.sel(global_batch=b))
+        bi, bj = list(tps).index(t), list(pps).index(sweep.attrs["gpus"] // t)
+        ax.add_patch(plt.Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="orange", linewidth=3.0,
+                                   zorder=3))
+        ax.plot(bj + 0.32, bi + 0.3, marker="*", color="orange", markersize=7, markeredgecolor="k",
+                markeredgewidth=0.4, zorder=4)
+        ax.set_xticks(range(len(pps)), [str(p) for p in pps])
+        ax.set_yticks(range(len(tps)), [str(t) for t in tps])
+        ax.set(xlabel="pipeline-parallel degree pp", ylabel="tensor-parallel degree tp",
+               title=f"{sweep.attrs['model']}, {sweep.attrs['gpus']} GPUs, batch {b}")
+    fig.colorbar(im, ax=axes[0].tolist(), label=plotting.label(sweep["hardware_tflops_per_gpu"]), shrink=0.85)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"tflops_vs_gpus.png": draw_tflops_vs_gpus, "tp_pp_heatmap.png": draw_tp_pp_heatmap}

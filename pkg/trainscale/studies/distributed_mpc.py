@@ -22,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from .. import comparison
+from .. import figurecheck
 from .. import io as tsio
 from .. import mpc as M
 from ..checks import check_float, check_int
@@ -29,7 +30,7 @@ from ..io import provenance
 from ..specs import SpecError
 
 __all__ = ["PAPER", "OUTPUTS", "MEASURED", "RESOURCES", "PAPER_NUMBERS", "compare", "closed_loop_study", "runtime_study",
-           "speedups"]
+           "speedups", "FIGURES"]
 
 PAPER = ("Amo Alonso & Tseng, Effective GPU Parallelization of Distributed and Localized Model Predictive Control "
          "(arXiv 2103.14990, 2021)")
@@ -284,3 +285,110 @@ def _work_record(rt: xr.Dataset, ours: str) -> comparison.Record:
         free_parameter="smaller chain size and locality d", sweep=ratios,
         note="measured wall time (cache effects included), not an operation count; the operation count per "
              "subsystem is stored as flops_per_subsystem")
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def draw_closed_loop(folder):
+    """The closed loop (``closed_loop.nc``): every state of the chain over time at the first locality (grey: beyond
+    the state bound), and the ADMM iterations of each MPC step for every locality."""
+    import matplotlib.pyplot as plt
+
+    cl = tsio.read_dataset(Path(folder) / "closed_loop.nc")
+    params = json.loads(cl.attrs["parameters"])
+    x_max = float(params["x_max"])
+    d0 = int(cl["locality_d"].values[0])
+    c = cl.sel(locality_d=d0)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    t = c["time_step"].values * 0.1
+    states = axes[0].plot(t, c["x"].values, lw=0.7, color="C0", alpha=0.6)
+    beyond = [axes[0].axhspan(x_max, 1.2 * x_max, color="0.85"), axes[0].axhspan(-1.2 * x_max, -x_max, color="0.85")]
+    for line in states:
+        line.set_label("a state (position or velocity)")
+    for band in beyond:
+        band.set_label(f"beyond the bound |x| = {x_max:g}")
+    # above the panel: inside, the light band's key would sit on the band itself
+    axes[0].legend(handles=[states[0], beyond[0]], loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, fontsize=7)
+    axes[0].set_ylim(-1.2 * x_max, 1.2 * x_max)
+    axes[0].set_xlabel("time (s)")
+    axes[0].set_ylabel(f"states (d = {d0}, {int(params['n_subsystems'])} subsystems)")
+    for i, d in enumerate(cl["locality_d"].values):
+        axes[1].plot(cl["step"].values, cl["iterations"].sel(locality_d=d).values, marker="o", label=f"d = {int(d)}")
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("MPC step")
+    axes[1].set_ylabel("ADMM iterations")
+    axes[1].legend()
+    return fig
+
+
+def draw_runtime(folder):
+    """Runtime per MPC step against the number of subsystems for every schedule (solid: most threads, dotted: one
+    thread), one panel per locality, at the closed loop's mean ADMM iterations per step (``runtime.nc`` times per
+    iteration, ``closed_loop.nc`` iterations); and the locality-aware schedule's speed-ups at the most threads.
+    The timings are wall-clock, as saved."""
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    rt = tsio.read_dataset(folder / "runtime.nc")
+    cl = tsio.read_dataset(folder / "closed_loop.nc")
+    ns = rt["n_subsystems"].values
+    top = int(rt["threads"].max())
+    fig, axes = plt.subplots(1, rt.sizes["locality_d"] + 1, figsize=(3.4 * (rt.sizes["locality_d"] + 1), 3.5))
+    for ax, d in zip(axes, rt["locality_d"].values):
+        k = float(cl["iterations"].sel(locality_d=d).mean()) if d in cl["locality_d"].values else np.nan
+        ax.plot(ns, rt["serial_s_per_iter"].sel(locality_d=d) * k, marker="o", color="0.2", label="serial")
+        for j, sched in enumerate(("naive", "local")):
+            for th, ls in ((top, "-"), (1, ":")):
+                if th == 1 and top == 1 and ls == ":":
+                    continue
+                y = rt["parallel_s_per_iter"].sel(locality_d=d, schedule=sched, threads=th) * k
+                ax.plot(ns, y, ls=ls, marker="o" if ls == "-" else None, color=f"C{j}",
+                        label=f"{sched}, {th} thread{'s' if th > 1 else ''}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("subsystems")
+        ax.set_title(f"d = {int(d)} ({k:.0f} iterations/step)", fontsize=9)
+    axes[0].set_ylabel("runtime per MPC step (s)")
+    # one key for the runtime panels (each draws every schedule)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=5, fontsize=7)
+    sel = rt.sel(threads=top)
+    for a, d in enumerate(rt["locality_d"].values):
+        s = sel.sel(locality_d=d)
+        local = s["parallel_s_per_iter"].sel(schedule="local")
+        axes[-1].plot(ns, s["serial_s_per_iter"] / local, marker="o", color=f"C{a}",
+                      label=f"local / serial, d={int(d)}")
+        axes[-1].plot(ns, s["parallel_s_per_iter"].sel(schedule="naive") / local, ls="--", marker="s", color=f"C{a}",
+                      label=f"local / naive, d={int(d)}")
+    figurecheck.guide(axes[-1].axhline(1.0, color="0.5", lw=0.8))  # no speed-up: the axis label's 1
+    axes[-1].set_xscale("log")
+    axes[-1].set_xlabel("subsystems")
+    axes[-1].set_ylabel(f"speed-up ({top} thread{'s' if top > 1 else ''})")
+    axes[-1].legend(fontsize=6)
+    return fig
+
+
+def draw_work_per_subsystem(folder):
+    """Operations per subsystem per ADMM iteration (the kernels' count) and the serial wall time per subsystem
+    per iteration (as saved in ``runtime.nc``) against the chain size, per locality."""
+    import matplotlib.pyplot as plt
+
+    rt = tsio.read_dataset(Path(folder) / "runtime.nc")
+    ns = rt["n_subsystems"].values
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for a, d in enumerate(rt["locality_d"].values):
+        s = rt.sel(locality_d=d)
+        axes[0].plot(ns, s["flops_per_subsystem"], marker="o", color=f"C{a}", label=f"d = {int(d)}")
+        axes[1].plot(ns, s["serial_s_per_iter"] / ns * 1e6, marker="o", color=f"C{a}", label=f"d = {int(d)}")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("subsystems")
+        ax.set_ylim(bottom=0)
+    axes[0].set_ylabel("operations per subsystem per iteration")
+    axes[1].set_ylabel("serial time per subsystem per iteration (us)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper")  # one key for both panels
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"closed_loop.png": draw_closed_loop, "runtime.png": draw_runtime,
+           "work_per_subsystem.png": draw_work_per_subsystem}

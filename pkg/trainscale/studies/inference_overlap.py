@@ -29,12 +29,13 @@ import numpy as np
 import xarray as xr
 
 from .. import comparison, inference
+from .. import figurecheck
 from .. import io as tsio
 from ..checks import check_float, check_floats, check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_model, resolve_system
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SAVINGS", "PAPER_SYSTEMS", "compare", "inference_overlap"]
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SAVINGS", "PAPER_SYSTEMS", "compare", "inference_overlap", "FIGURES"]
 
 PAPER = "Xiao & Su, ISO: Overlap of Computation and Communication within Sequence for LLM Inference (arXiv 2024)"
 OUTPUTS = ("inference_overlap.nc", "savings.png", "split_ratio.png", "bandwidth.png", "comm_share.png")
@@ -234,3 +235,134 @@ def compare(folder) -> list[comparison.Record]:
 
 def json_model(ds: xr.Dataset) -> str:
     return str(json.loads(ds.attrs["parameters"]).get("model", "?"))
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def _figure_setting(folder):
+    """``inference_overlap.nc`` from ``folder``, its parameters, system names, prompt lengths, one colour per
+    system and each system's link kind (PCIe below 100 GB/s, else NVLink)."""
+    ds = tsio.read_dataset(Path(folder) / "inference_overlap.nc")
+    names = ds["system"].values.tolist()
+    colors = {name: f"C{i}" for i, name in enumerate(names)}
+    kinds = {name: "PCIe" if float(ds["link_GBps"].sel(system=name)) < 100 else "NVLink" for name in names}
+    return ds, json.loads(ds.attrs["parameters"]), names, ds["prompt_tokens"].values, colors, kinds
+
+
+def _percent():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{100 * v:.4g}%")
+
+
+def draw_savings(folder):
+    """Prefill time saved by ISO at the best split against the prompt length, one panel per tensor-parallel
+    degree, per system (hollow: weights and KV cache do not fit), with the paper's two numbers."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator
+
+    ds, setting, names, prompts, colors, kinds = _figure_setting(folder)
+    hollow = "does not fit in GPU memory (hollow)"
+    tp_values = ds["tp"].values
+    fig, axes = plt.subplots(1, len(tp_values), figsize=(3.4 * len(tp_values), 3.6), sharey=True, squeeze=False)
+    for ax, tp in zip(axes[0], tp_values):
+        for name in names:
+            sav = ds["savings"].sel(system=name, tp=tp).values
+            fit = ds["fits"].sel(system=name, tp=tp).values
+            ax.plot(prompts, sav, color=colors[name], label=f"{name} ({kinds[name]})")
+            ax.scatter(prompts[fit], sav[fit], color=colors[name], zorder=3, s=18, label=f"{name} ({kinds[name]})")
+            ax.scatter(prompts[~fit], sav[~fit], facecolors="none", edgecolors=colors[name], zorder=3, s=18,
+                       label=hollow)
+        for value, text in ((PAPER_SAVINGS["rtx4090"], "paper: RTX 4090 ~35%"),
+                            (PAPER_SAVINGS["a800"], "paper: A800 ~15%")):
+            figurecheck.guide(ax.axhline(value, color="0.4", linestyle=":", linewidth=1))  # named by its text
+            ax.text(prompts[0], value, text, fontsize=7, color="0.3", va="bottom")
+        ax.set(xscale="log", xlabel="prompt length [tokens]", title=f"{setting['model']}, tp = {tp}")
+        ax.set_xticks(prompts, [str(p) for p in prompts])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(_percent())
+    axes[0][0].set_ylabel("prefill time saved by ISO")
+    # one key for every panel: the systems' lines (filled markers: the model fits), and the hollow markers
+    handles = [Line2D([], [], color=colors[name], marker="o", markersize=np.sqrt(18), label=f"{name} ({kinds[name]})")
+               for name in names]
+    handles.append(Line2D([], [], color="0.3", marker="o", markersize=np.sqrt(18), markerfacecolor="none",
+                          linestyle="none", label=hollow))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=7)
+    return fig
+
+
+def draw_split_ratio(folder):
+    """Prefill latency against the share of the prompt in the first chunk, relative to the serial execution,
+    per system, at the sweep's tensor-parallel degree and prompt length."""
+    import matplotlib.pyplot as plt
+
+    ds, setting, names, prompts, colors, kinds = _figure_setting(folder)
+    tp_values = ds["tp"].values
+    tp_ref = setting["sweep_tp"] if setting["sweep_tp"] in tp_values else int(tp_values[-1])
+    s_ref = setting["sweep_prompt_tokens"] if setting["sweep_prompt_tokens"] in prompts else int(prompts[-1])
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for name in names:
+        rel = ds["prefill_s"].sel(system=name, tp=tp_ref, prompt_tokens=s_ref) / ds["serial_s"].sel(
+            system=name, tp=tp_ref, prompt_tokens=s_ref)
+        ax.plot(ds["split_ratio"], rel, marker=".", color=colors[name], label=f"{name} ({kinds[name]})")
+    figurecheck.guide(ax.axhline(1.0, color="0.5", linestyle="--", linewidth=1))  # serial: the axis label's 1
+    ax.xaxis.set_major_formatter(_percent())
+    ax.set(xlabel="share of the prompt in the first chunk", ylabel="prefill time / serial",
+           title=f"{setting['model']}, tp = {tp_ref}, {s_ref}-token prompt")
+    ax.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+def draw_bandwidth(folder):
+    """Prefill time saved by ISO at the best split against the all-reduce bandwidth, each system's compute with
+    its scale-up bandwidth replaced (star: its own bandwidth)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    ds, setting, names, prompts, colors, kinds = _figure_setting(folder)
+    bw = ds["bandwidth_GBps"].values
+    own_text = "the system's own bandwidth"
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for name in names:
+        ax.plot(bw, ds["sweep_savings"].sel(system=name), marker=".", color=colors[name], label=name)
+        own = float(ds["link_GBps"].sel(system=name))
+        own_sav = np.interp(np.log(own), np.log(bw), ds["sweep_savings"].sel(system=name).values)
+        ax.scatter([own], [own_sav], marker="*", s=120, color=colors[name], zorder=4, edgecolors="k", linewidths=0.5,
+                   label=own_text)
+    ax.set(xscale="log", xlabel="scale-up (all-reduce) bandwidth per GPU [GB/s]", ylabel="prefill time saved by ISO",
+           title=f"{setting['model']}, tp = {setting['sweep_tp']}, {setting['sweep_prompt_tokens']}-token prompt")
+    ax.yaxis.set_major_formatter(_percent())
+    handles = [Line2D([], [], color=colors[name], marker=".", label=name) for name in names]
+    handles.append(Line2D([], [], color="0.6", marker="*", markersize=np.sqrt(120), markeredgecolor="k",
+                          markeredgewidth=0.5, linestyle="none", label=own_text))
+    ax.legend(handles=handles, loc="upper left", fontsize=8)  # upper right: its grey star would sit on the curves
+    return fig
+
+
+def draw_comm_share(folder):
+    """Share of time in all-reduces of the serial prefill and of one decode step against the prompt length, per
+    system, at the largest tensor-parallel degree."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    ds, setting, names, prompts, colors, kinds = _figure_setting(folder)
+    tp_max = int(ds["tp"].values[-1])
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for name in names:
+        ax.plot(prompts, ds["comm_share"].sel(system=name, tp=tp_max), color=colors[name], marker="o",
+                label=f"{name}: prefill")
+        ax.plot(prompts, ds["decode_comm_share"].sel(system=name, tp=tp_max), color=colors[name], marker="s",
+                linestyle="--", label=f"{name}: decode")
+    ax.set(xscale="log", xlabel="prompt length [tokens]", ylabel="share of time in all-reduces", ylim=(0, 1),
+           title=f"{setting['model']}, tp = {tp_max}, serial execution")
+    ax.set_xticks(prompts, [str(p) for p in prompts])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(_percent())
+    ax.legend(loc="upper right", fontsize=7, ncol=2)
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"savings.png": draw_savings, "split_ratio.png": draw_split_ratio, "bandwidth.png": draw_bandwidth,
+           "comm_share.png": draw_comm_share}

@@ -25,7 +25,7 @@ from ..checks import check_choice, check_float, check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_system
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "decomposition", "overheads", "finetuning"]
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "decomposition", "overheads", "finetuning", "FIGURES"]
 
 PAPER = "Lawenda et al., Profiling and optimization of multi-card GPU machine learning jobs (CCPE 2025)"
 OUTPUTS = ("decomposition.nc", "decomposition.png", "overheads.nc", "overheads.png", "finetuning.nc", "finetuning.png")
@@ -292,3 +292,106 @@ def compare(folder) -> list[comparison.Record]:
         free_parameter=(f"sample size {float(ovh['bytes_per_sample'].min()) / 1e3:.0f}–"
                         f"{float(ovh['bytes_per_sample'].max()) / 1e3:.0f} kB"), sweep=more.values))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def draw_decomposition(folder):
+    """The iteration by component against the GPU count at the first precision (stacked; components below 0.1%
+    of the iteration left out), and the iteration time at each precision (``decomposition.nc``)."""
+    import matplotlib.pyplot as plt
+
+    dec = tsio.read_dataset(Path(folder) / "decomposition.nc")
+    setting = json.loads(dec.attrs["parameters"])
+    g = dec["gpus"].values
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.0, 3.8))
+    bottom = np.zeros(len(g))
+    ref = dec["precision"].values[0]
+    for k, comp in enumerate(dec["component"].values):
+        v = 1e3 * dec["time_s"].sel(precision=ref, component=comp).values
+        if np.all(v < 1e-3 * 1e3 * float(dec["step_time_s"].sel(precision=ref).max())):
+            continue  # invisible at this scale (e.g. launches hidden behind the GPU): no legend entry
+        ax.bar(np.arange(len(g)), v, bottom=bottom, label=comp.replace("_", " "), color=f"C{k}")
+        bottom += v
+    ax.set_xticks(np.arange(len(g)), [str(x) for x in g])
+    ax.set(xlabel="GPUs (data parallel, one node)", ylabel="iteration time (ms)",
+           title=f"{setting['model']}, {setting['micro_batch']} samples/GPU, {setting['workers']} workers, {ref}")
+    ax.set_ylim(0, 1.35 * float(bottom.max()))
+    ax.legend(loc="upper left", fontsize=7, ncol=3)
+    for k, p in enumerate(dec["precision"].values):
+        bx.plot(g, 1e3 * dec["step_time_s"].sel(precision=p), marker="o", label=p, color=f"C{k}")
+    bx.set(xlabel="GPUs", ylabel="iteration time (ms)", yscale="log", title=f"precision on {setting['system']}",
+           xticks=g)
+    bx.legend()
+    return fig
+
+
+def draw_overheads(folder):
+    """The overhead inputs swept (``overheads.nc``): throughput against loader workers per GPU for each sample
+    size, pinned and pageable host memory; and the host's kernel-launch time, the GPU's busy time and the exposed
+    launch time against the micro-batch."""
+    import matplotlib.pyplot as plt
+
+    ovh = tsio.read_dataset(Path(folder) / "overheads.nc")
+    o = json.loads(ovh.attrs["parameters"])
+    w = ovh["workers"].values
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.0, 3.8))
+    for k, b in enumerate(ovh["bytes_per_sample"].values):
+        for mem, ls in (("pinned", "-"), ("pageable", "--")):
+            ax.plot(w, ovh["samples_per_s"].sel(host_memory=mem, bytes_per_sample=b), linestyle=ls, marker="o",
+                    color=f"C{k}", label=f"{b / 1e3:.0f} kB/sample, {mem}")
+    ax.set(xlabel="loader workers per GPU", ylabel="samples/s (all GPUs)", xscale="symlog", xticks=w,
+           xticklabels=[str(x) for x in w], title=f"{o['model']} on {o['gpus']} GPUs, {o['micro_batch']} samples/GPU",
+           ylim=(0, None))
+    ax.legend(fontsize=7)
+    mb = ovh["micro_batch"].values
+    bx.plot(mb, 1e3 * ovh["launch_host_s"], marker="s", color="C3", label="host time to launch the kernels")
+    bx.plot(mb, 1e3 * ovh["gpu_busy_s"], marker="o", color="C0", label="GPU busy time")
+    bx.plot(mb, 1e3 * ovh["launch_s"], marker="^", color="C1", label="exposed launch time")
+    bx.set(xlabel="samples per GPU per step", ylabel="ms per step", xscale="log", ylim=(0, None),
+           xticks=mb, xticklabels=[str(x) for x in mb], title="kernel launches vs GPU work per step")
+    bx.legend(fontsize=7)
+    return fig
+
+
+def draw_finetuning(folder):
+    """Fine-tuning (``finetuning.nc``): memory per GPU and step time of full fine-tuning, LoRA and QLoRA at the
+    comparison rank, stacked by part (parts below 0.1% of the largest bar left out; dotted: the GPU's memory),
+    and the trainable parameters by LoRA rank."""
+    import matplotlib.pyplot as plt
+
+    ft = tsio.read_dataset(Path(folder) / "finetuning.nc")
+    f = json.loads(ft.attrs["parameters"])
+    r0 = int(ft.attrs["reference_rank"])
+    methods = ft["tuning"].values
+    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.8))
+    for ax, var, parts, unit, scale in ((axes[0], "memory_gib", "memory_part", "GiB", 1.0),
+                                        (axes[1], "time_s", "time_part", "ms", 1e3)):
+        bottom = np.zeros(len(methods))
+        total = var.replace("memory_gib", "total_memory_gib").replace("time_s", "step_time_s")
+        for k, part in enumerate(ft[parts].values):
+            v = scale * ft[var].sel(rank=r0, **{parts: part}).values
+            if np.all(v < 1e-3 * scale * float(ft[total].max())):
+                continue  # invisible at this scale: no legend entry
+            ax.bar(np.arange(len(methods)), v, bottom=bottom, label=part.replace("_", " "), color=f"C{k}")
+            bottom += v
+        ax.set_xticks(np.arange(len(methods)), [str(m) for m in methods])
+    axes[0].axhline(ft.attrs["hbm_capacity_GiB"], color="0.3", linestyle=":", linewidth=1,
+                    label=f"GPU memory ({float(ft.attrs['hbm_capacity_GiB']):g} GiB)")
+    for ax in axes[:2]:
+        ax.legend(fontsize=7)
+    axes[0].set(ylabel="memory per GPU (GiB)",
+                title=f"{f['model']}, rank {r0}, {f['micro_batch']}x{f['seq_len']} tokens")
+    axes[1].set(ylabel="step time (ms)", title=f"{f['gpus']} GPU(s), bf16")
+    for k, m in enumerate(methods):
+        axes[2].plot(ft["rank"], ft["trainable_params"].sel(tuning=m), marker="os^"[k % 3],
+                     linestyle=["-", "-", ":"][k % 3], color=f"C{k}", label=m)
+    axes[2].xaxis.set_minor_formatter(plt.NullFormatter())
+    axes[2].set(xlabel="LoRA rank", ylabel="trainable parameters", xscale="log", yscale="log",
+                xticks=ft["rank"].values, xticklabels=[str(x) for x in ft["rank"].values])
+    axes[2].legend(fontsize=7)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"decomposition.png": draw_decomposition, "overheads.png": draw_overheads, "finetuning.png": draw_finetuning}

@@ -23,6 +23,7 @@ import numpy as np
 import xarray as xr
 
 from .. import comparison
+from .. import figurecheck
 from .. import io as tsio
 from .. import overlap as ov
 from .. import perfmodel
@@ -38,7 +39,7 @@ from ..specs import (
 )
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "PAPER_SYSTEMS", "compare", "message_size_sweep",
-           "overlap_study", "plan_for"]
+           "overlap_study", "plan_for", "FIGURES"]
 
 PAPER = ("Lee et al., Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: "
          "Performance and Power Implications (arXiv 2025)")
@@ -295,3 +296,168 @@ def compare(folder) -> list[comparison.Record]:
 
 def json_parameters(ds: xr.Dataset) -> dict:
     return json.loads(ds.attrs["parameters"])
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def _figure_data(folder):
+    """``overlap.nc`` from ``folder``, its default-power-limit slice and the (system, precision) points where
+    some model fits."""
+    ds = tsio.read_dataset(Path(folder) / "overlap.nc")
+    full = ds.sel(power_cap=1.0)
+    points = [(s, p) for s in ds["system"].values for p in ds["precision"].values
+              if bool(ds["valid"].sel(system=s, precision=p).any())]
+    return ds, full, points
+
+
+def _percent():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{100 * v:.4g}%")
+
+
+def draw_step_time(folder):
+    """Step time of each mode (sequential, overlapped with contention, ideal overlap) at the default power limit,
+    per model, for every accelerator and precision; points whose model does not fit are marked, not drawn."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds, full, points = _figure_data(folder)
+    setting = json_parameters(ds)
+    fig, axes = plt.subplots(1, len(ds["model"]), figsize=(3.4 * len(ds["model"]), 3.6), squeeze=False, sharey=False)
+    width = 0.27
+    colors = {"sequential": "C1", "overlapped": "C0", "ideal": "C2"}
+    for ax, model in zip(axes[0], ds["model"].values):
+        x = np.arange(len(points))
+        for m, mode in enumerate(ds["mode"].values):
+            y = [float(full["step_time_s"].sel(model=model, system=s, precision=p, mode=mode)) for s, p in points]
+            ax.bar(x + (m - 1) * width, y, width, color=colors.get(mode, "0.5"), label=mode)
+        for xi, (s, p) in zip(x, points):
+            if not bool(full["valid"].sel(model=model, system=s, precision=p)):
+                ax.text(xi, 0, "does not fit", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4")
+        ax.set_xticks(x, [f"{s}\n{p}" for s, p in points], rotation=45, ha="right", fontsize=7)
+        ax.set(title=f"{model}, {setting['gpus']} GPUs FSDP", ylabel=plotting.label(ds["step_time_s"]))
+        ax.set_xlim(-0.6, len(points) - 0.4)
+    # one key for every panel (each panel draws the three modes)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside upper center", ncols=len(ds["mode"]))
+    return fig
+
+
+def draw_compute_slowdown(folder):
+    """Overlapped compute slowdown against compute alone (default power limit) per model, accelerator and
+    precision, with the paper's mean and maximum as reference lines."""
+    import matplotlib.pyplot as plt
+
+    ds, full, points = _figure_data(folder)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    nmod = len(ds["model"])
+    width = 0.8 / nmod
+    x = np.arange(len(points))
+    for i, model in enumerate(ds["model"].values):
+        y = [float(full["compute_slowdown"].sel(model=model, system=s, precision=p)) for s, p in points]
+        ax.bar(x + (i - (nmod - 1) / 2) * width, y, width, label=model)
+    # the paper's mean and maximum: reference lines named by the text beside them
+    figurecheck.guide(ax.axhline(PAPER_NUMBERS["slowdown_mean"], color="0.3", linestyle="--", linewidth=1),
+                      ax.axhline(PAPER_NUMBERS["slowdown_max"], color="0.3", linestyle=":", linewidth=1))
+    ax.text(1.0, PAPER_NUMBERS["slowdown_mean"], "paper: mean 18.9%", transform=ax.get_yaxis_transform(), ha="right",
+            va="bottom", fontsize=7)
+    ax.text(1.0, PAPER_NUMBERS["slowdown_max"], "paper: max 40%", transform=ax.get_yaxis_transform(), ha="right",
+            va="bottom", fontsize=7)
+    ax.set_xticks(x, [f"{s}\n{p}" for s, p in points], rotation=45, ha="right", fontsize=7)
+    ax.yaxis.set_major_formatter(_percent())
+    ax.set(ylabel="overlapped compute slowdown", ylim=(0, max(0.45, float(full["compute_slowdown"].max()) + 0.05)))
+    ax.legend(loc="upper left", ncol=nmod)
+    return fig
+
+
+def draw_power_cap(folder):
+    """Against the power cap (bf16, the largest model that fits on every accelerator): overlapped compute
+    slowdown, each mode's step time over the uncapped ideal step, and mean and peak accelerator power; colour is
+    the accelerator, line style the mode (or the power statistic)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from .. import plotting
+
+    ds, _, _ = _figure_data(folder)
+    fits_all = [m for m in ds["model"].values.tolist()
+                if bool(ds["valid"].sel(model=m, precision="bf16").all())] if "bf16" in ds["precision"].values else []
+    model = fits_all[-1] if fits_all else str(ds["model"].values[0])
+    caps = ds["power_cap"].values
+    drawn = [s for s in ds["system"].values.tolist() if bool(ds["valid"].sel(model=model, system=s, precision="bf16"))]
+    mode_style = {"sequential": "--", "overlapped": "-", "ideal": ":"}
+    fig, axes = plt.subplots(1, 3, figsize=(11.5, 3.6))
+    for j, system in enumerate(ds["system"].values.tolist()):
+        if system not in drawn:
+            continue
+        sel = ds.sel(model=model, system=system, precision="bf16")
+        color = f"C{j}"
+        axes[0].plot(caps, sel["compute_slowdown"], marker="o", color=color)
+        ref = float(sel["step_time_s"].sel(power_cap=1.0, mode="ideal"))
+        for mode, ls in mode_style.items():
+            axes[1].plot(caps, sel["step_time_s"].sel(mode=mode) / ref, color=color, linestyle=ls, marker=".",
+                         label=mode)
+        axes[2].plot(caps, sel["power_peak_W"].sel(mode="overlapped"), color=color, marker="o",
+                     label="peak, overlapped")
+        axes[2].plot(caps, sel["power_mean_W"].sel(mode="sequential"), color=color, linestyle="--", marker=".",
+                     label="mean, sequential")
+        axes[2].plot(caps, sel["power_mean_W"].sel(mode="overlapped"), color=color, linestyle=":", marker=".",
+                     label="mean, overlapped")
+    axes[0].yaxis.set_major_formatter(_percent())
+    axes[0].set(xlabel=plotting.label(ds["power_cap"]), ylabel="overlapped compute slowdown", title=f"{model}, bf16")
+    axes[1].set(xlabel=plotting.label(ds["power_cap"]), ylabel="step time / uncapped ideal step",
+                title="step time by mode")
+    axes[2].set(xlabel=plotting.label(ds["power_cap"]), ylabel="accelerator power [W]", title="power per accelerator")
+    for ax in axes:  # the cap falls to the right: tighter to the right
+        figurecheck.invert_on_purpose(ax, "x")
+    # colour is the accelerator (left key), line style the mode or power statistic (middle and right keys, in grey:
+    # they name every accelerator's line of that style)
+    systems_legend = [Line2D([], [], color=f"C{j}", marker="o", label=s)
+                      for j, s in enumerate(ds["system"].values.tolist()) if s in drawn]
+    axes[0].legend(handles=systems_legend, loc="upper left", fontsize=7)
+    axes[1].legend(handles=[Line2D([], [], color="0.3", linestyle=ls, label=mode) for mode, ls in mode_style.items()],
+                   loc="upper left", fontsize=7)
+    axes[2].legend(handles=[Line2D([], [], color="0.3", marker="o", label="peak, overlapped"),
+                            Line2D([], [], color="0.3", linestyle="--", label="mean, sequential"),
+                            Line2D([], [], color="0.3", linestyle=":", label="mean, overlapped")],
+                   loc="upper right", fontsize=7)
+    return fig
+
+
+def draw_message_size(folder):
+    """The sweep model's compute slowdown next to a collective of each message size (full clock), with the SM
+    and HBM shares the collective takes, per accelerator (and precision)."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    sweep = tsio.read_dataset(Path(folder) / "message_size.nc")
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    for j, system in enumerate(sweep["system"].values):
+        for precision, ls in (("bf16", "-"), ("fp8", "--")):
+            if precision not in sweep["precision"].values:
+                continue
+            y = sweep["contention_slowdown"].sel(system=system, precision=precision)
+            if np.isnan(y.values).all():
+                continue
+            axes[0].plot(sweep["message_bytes"], y, color=f"C{j}", linestyle=ls, marker=".",
+                         label=f"{system} {precision}")
+        axes[1].plot(sweep["message_bytes"], sweep["hbm_share"].sel(system=system, precision="bf16"), color=f"C{j}",
+                     marker=".", label=f"{system} HBM share")
+        axes[1].plot(sweep["message_bytes"], sweep["sm_share"].sel(system=system, precision="bf16"), color=f"C{j}",
+                     linestyle=":", label=f"{system} SM share")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(plotting.label(sweep["message_bytes"]))
+        ax.yaxis.set_major_formatter(_percent())
+    axes[0].set(ylabel="compute slowdown (full clock)", title=f"{sweep.attrs['model']}: contention vs message size")
+    axes[1].set(ylabel="share taken by the collective", title="HBM share (solid), SM share (dotted)")
+    axes[0].legend(loc="upper left", fontsize=6)
+    axes[1].legend(loc="upper left", fontsize=6)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"step_time.png": draw_step_time, "compute_slowdown.png": draw_compute_slowdown,
+           "power_cap.png": draw_power_cap, "message_size.png": draw_message_size}

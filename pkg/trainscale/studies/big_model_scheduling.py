@@ -44,7 +44,7 @@ from ..specs import SpecError
 from ..wallclock import Link
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SETTING", "READ", "BGQ", "MNIST8M", "SUSTAINED_FRACTION",
-           "compare", "accuracy_study", "admm_study", "scaling_study", "kernel_error_slope", "MC_RATE"]
+           "compare", "accuracy_study", "admm_study", "scaling_study", "kernel_error_slope", "MC_RATE", "FIGURES"]
 
 PAPER = ("Avron & Sindhwani, High-performance Kernel Machines with Implicit Distributed Optimization and "
          "Randomization (arXiv 1409.0940; Technometrics 2016)")
@@ -328,3 +328,90 @@ def compare(folder) -> list[comparison.Record]:
         our_setting=f"{q['weak_examples']:,} MNIST-8M-sized examples per node; " + ours, free_parameter=swept,
         sweep=weak.values.ravel(), note="the one-half threshold is ours; " + READ))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def draw_accuracy(folder):
+    """Left: test accuracy of ridge regression on D random features (median and range over the feature draws)
+    per kernel width, against exact kernel ridge (dashed) and linear ridge (dotted). Right: the relative kernel
+    approximation error ||ZZ^T - K||_F / ||K||_F against D, with the Monte Carlo D^-1/2 rate."""
+    import matplotlib.pyplot as plt
+
+    acc = tsio.read_dataset(Path(folder) / "accuracy.nc")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for s, sigma in enumerate(acc["sigma"].values):
+        a = acc["test_accuracy"].sel(sigma=sigma)
+        med = a.median("feature_seed")
+        axes[0].errorbar(acc["n_features"], med, yerr=[med - a.min("feature_seed"), a.max("feature_seed") - med],
+                         marker="o", capsize=2, color=f"C{s}", label=f"random features, sigma {sigma:g}")
+        axes[0].axhline(float(acc["exact_test_accuracy"].sel(sigma=sigma)), color=f"C{s}", ls="--", lw=1)
+        axes[1].loglog(acc["n_features"], acc["kernel_error"].sel(sigma=sigma).median("feature_seed"), "o-",
+                       color=f"C{s}", label=f"sigma {sigma:g}")
+    axes[0].axhline(float(acc["linear_test_accuracy"]), color="0.4", ls=":", lw=1, label="linear ridge (no kernel)")
+    axes[0].plot([], [], "k--", lw=1, label="exact kernel ridge")
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_xlabel("random features D")
+    axes[0].set_ylabel("test accuracy")
+    axes[0].legend(fontsize=7)
+    d = acc["n_features"].values.astype(float)
+    ref = float(acc["kernel_error"].isel(n_features=0).median()) * (d / d[0]) ** -0.5
+    axes[1].loglog(d, ref, "k:", lw=1, label="D^-1/2")
+    axes[1].set_xlabel("random features D")
+    axes[1].set_ylabel("||ZZ^T - K||_F / ||K||_F")
+    axes[1].legend(fontsize=7)
+    return fig
+
+
+def draw_admm(folder):
+    """The distance of block-splitting ADMM's consensus weights to the direct ridge solution per iteration, for
+    each number of workers and feature blocks."""
+    import matplotlib.pyplot as plt
+
+    admm = tsio.read_dataset(Path(folder) / "admm.nc")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for p in admm["workers"].values:
+        for j in admm["blocks"].values:
+            ax.semilogy(admm["iteration"], admm["distance"].sel(workers=p, blocks=j),
+                        label=f"{p} worker(s), {j} block(s)")
+    ax.set_xlabel("ADMM iteration")
+    ax.set_ylabel("||W - W_direct|| / ||W_direct||")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def draw_scaling(folder):
+    """Time per iteration, communication share and parallel efficiency against Blue Gene/Q nodes at MNIST-8M
+    size, strong (solid) and weak (dashed) scaling, per sustained share of peak, at the headline number of
+    features over one torus link."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    sc = tsio.read_dataset(Path(folder) / "scaling.nc")
+    setting = json.loads(sc.attrs["parameters"])
+    p = sc["workers"].values
+    head = dict(n_features=int(setting["headline_features"]), bandwidth_GBps=float(setting["link_GBps"]))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for f, frac in enumerate(sc["sustained_fraction"].values):
+        for mode, ls in (("strong", "-"), ("weak", "--")):
+            sel = sc.sel(scaling=mode, sustained_fraction=frac, **head)
+            axes[0].loglog(p, sel["iteration_s"], ls, marker="o", color=f"C{f}", label=f"{mode}, {frac:.0%} of peak")
+            axes[1].semilogx(p, sel["comm_share"], ls, marker="o", color=f"C{f}", label=f"{mode}, {frac:.0%} of peak")
+            axes[2].semilogx(p, sel["efficiency"], ls, marker="o", color=f"C{f}", label=f"{mode}, {frac:.0%} of peak")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("Blue Gene/Q nodes")
+    axes[0].set_ylabel("time per iteration (s)")
+    axes[1].set_ylabel("communication share")
+    axes[2].set_ylabel(f"parallel efficiency (against {p[0]} nodes)")
+    # near-ideal: the axis spans the data only, its ticks in percent with two decimals so that a loss of 0.1%
+    # reads as such (a 0..1 axis would leave the data a flat line at its top)
+    axes[2].yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{100 * v:.2f}%"))
+    axes[1].set_yscale("log")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=7)  # all panels
+    fig.suptitle(f"MNIST-8M, D = {head['n_features']}, one torus link ({head['bandwidth_GBps']:g} GB/s)", fontsize=9)
+    return fig
+
+
+#: the figures drawn from the saved datasets alone (file name -> function of the output folder)
+FIGURES = {"accuracy.png": draw_accuracy, "admm.png": draw_admm, "scaling.png": draw_scaling}

@@ -25,13 +25,13 @@ import numpy as np
 import xarray as xr
 
 from .. import chiplet as C
-from .. import comparison
+from .. import comparison, figurecheck
 from .. import io as tsio
 from ..checks import check_int
 from ..io import provenance
 from ..specs import SpecError, resolve_model
 
-__all__ = ["chiplet_scaling", "compare", "PAPER", "OUTPUTS", "RESOURCES"]
+__all__ = ["chiplet_scaling", "compare", "PAPER", "OUTPUTS", "RESOURCES", "FIGURES"]
 
 PAPER = "Huang et al., Hecaton: Training and Finetuning LLMs with Scalable Chiplet Systems (arXiv 2407.05784)"
 OUTPUTS = ("chiplet_scaling.nc", "compute_comm_ratio.png", "throughput.png", "energy.png", "gain.png",
@@ -167,3 +167,153 @@ def compare(folder) -> list[comparison.Record]:
                 free_parameter="mesh side holding the model at its catalog shape (reference side)",
                 sweep=values.values))
     return records
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+_STYLES = {"1d-tp": ("--", "s", "1D TP (Megatron)"), "2d": ("-", "o", "2D (Hecaton)")}
+
+
+def _figure_setting(folder):
+    """The saved dataset, its parameters, the chiplet counts N, the reference side, the title and a colour per
+    package."""
+    ds = tsio.read_dataset(Path(folder) / "chiplet_scaling.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    ref = int(setting["reference_side"])
+    title = f"{setting['model']} at {ref}x{ref}, widths x n/{ref}; {setting['tokens_per_step']} tokens/step"
+    colors = {c: f"C{i}" for i, c in enumerate(ds["chiplet"].values.tolist())}
+    return ds, setting, ds["chiplets"].values, ref, title, colors
+
+
+def _log_n_axis(ax, n):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(n)
+    ax.set_xticklabels([str(int(v)) for v in n])
+    ax.set_xlabel("chiplets N = n x n")
+
+
+def draw_compute_comm_ratio(folder):
+    """The compute/communication time ratio of each scheme (solid 2D, dashed 1D TP) on each package against the
+    number of chiplets, under weak scaling; dotted: a ratio of 1."""
+    import matplotlib.pyplot as plt
+
+    ds, _, n, _, title, colors = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for chip in ds["chiplet"].values.tolist():
+        for scheme in ds["scheme"].values.tolist():
+            ls, marker, name = _STYLES[scheme]
+            ax.plot(n, ds["compute_comm_ratio"].sel(chiplet=chip, scheme=scheme), linestyle=ls, marker=marker,
+                    color=colors[chip], label=f"{name}, {chip}")
+    figurecheck.guide(ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle=":"))  # compute = communication
+    ax.set_yscale("log")
+    _log_n_axis(ax, n)
+    ax.set(ylabel="compute time / communication time", title=title)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def draw_step_breakdown(folder):
+    """Where the step of the first package goes, per scheme: compute at the achievable FLOP rate, the DRAM stall
+    on top of it (roofline minus compute) and mesh communication, stacked, against the number of chiplets."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    ds, _, n, _, _, _ = _figure_setting(folder)
+    chip = ds["chiplet"].values.tolist()[0]
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.8))  # each scheme on its own scale: 2D's bars are far lower
+    x = np.arange(len(n))
+    for ax, scheme in zip(axes, ds["scheme"].values.tolist()):
+        sel = ds.sel(chiplet=chip, scheme=scheme)
+        compute = sel["compute_s"].values
+        stall = sel["local_s"].values - compute
+        comm = sel["comm_s"].values
+        ax.bar(x, compute, color="C0", label="compute")
+        ax.bar(x, stall, bottom=compute, color="C1", label="DRAM stall")
+        ax.bar(x, comm, bottom=compute + stall, color="C3", label="mesh communication")
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(int(v)) for v in n])
+        ax.set(xlabel="chiplets N", title=f"{_STYLES[scheme][2]}, {chip}")
+    for ax in axes:
+        ax.set_ylabel(plotting.label(ds["step_s"]))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=7)  # both panels
+    return fig
+
+
+def draw_throughput(folder):
+    """Achieved over peak FLOP/s of the whole mesh for each scheme and package against the number of chiplets
+    (an ideal system stays flat under weak scaling)."""
+    import matplotlib.pyplot as plt
+
+    ds, _, n, _, title, colors = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for chip in ds["chiplet"].values.tolist():
+        for scheme in ds["scheme"].values.tolist():
+            ls, marker, name = _STYLES[scheme]
+            ax.plot(n, ds["flops_utilisation"].sel(chiplet=chip, scheme=scheme), linestyle=ls, marker=marker,
+                    color=colors[chip], label=f"{name}, {chip}")
+    _log_n_axis(ax, n)
+    ax.set(ylabel="achieved / peak FLOP/s", ylim=(0, 1), title=title)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def draw_energy(folder):
+    """Energy per FLOP of the step of the first package, per scheme, by component (compute, DRAM, die-to-die
+    links, static power over the step time), stacked, against the number of chiplets."""
+    import matplotlib.pyplot as plt
+
+    ds, _, n, _, _, _ = _figure_setting(folder)
+    chip = ds["chiplet"].values.tolist()[0]
+    parts = [("energy_compute_J", "compute", "C0"), ("energy_dram_J", "DRAM", "C1"),
+             ("energy_link_J", "links", "C3"), ("energy_static_J", "static", "0.6")]
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.8))  # each scheme on its own scale: 2D's bars are far lower
+    x = np.arange(len(n))
+    flops = ds["flops_per_step"].values
+    for ax, scheme in zip(axes, ds["scheme"].values.tolist()):
+        sel = ds.sel(chiplet=chip, scheme=scheme)
+        bottom = np.zeros(len(n))
+        for var, name, color in parts:
+            pj = sel[var].values / flops * 1e12
+            ax.bar(x, pj, bottom=bottom, color=color, label=name)
+            bottom += pj
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(int(v)) for v in n])
+        ax.set(xlabel="chiplets N", title=f"{_STYLES[scheme][2]}, {chip}")
+    for ax in axes:
+        ax.set_ylabel("energy per FLOP [pJ]")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=7)  # both panels
+    return fig
+
+
+def draw_gain(folder):
+    """The 2D scheme's speed-up and energy reduction over 1D TP per package against the number of chiplets, the
+    model at its catalog shape on each mesh (thin dotted), and Hecaton's Llama2-70B figures at the reference
+    mesh; dotted grey: no gain."""
+    import matplotlib.pyplot as plt
+
+    ds, setting, n, ref, title, colors = _figure_setting(folder)
+    fig, ax = plt.subplots(figsize=(6.2, 4.0))
+    for chip in ds["chiplet"].values.tolist():
+        ax.plot(n, ds["speedup_2d"].sel(chiplet=chip), marker="o", color=colors[chip], label=f"speed-up, {chip}")
+        ax.plot(n, ds["energy_reduction_2d"].sel(chiplet=chip), marker="^", linestyle="--", color=colors[chip],
+                label=f"energy reduction, {chip}")
+    for chip in ds["chiplet"].values.tolist():
+        ax.plot(n, ds["speedup_2d_catalog_shape"].sel(chiplet=chip), linestyle=":", linewidth=1, color=colors[chip],
+                label=f"speed-up, {setting['model']} on each mesh, {chip}")
+    # markers drawn as lines without a line (not scatter), so that the legend tells them apart by their marker
+    ax.plot([ref**2], [PAPER_SPEEDUP], marker="*", markersize=11, linestyle="none", color="k", zorder=5,
+            label=f"Hecaton: {PAPER_SPEEDUP:g}x speed-up")
+    ax.plot([ref**2], [PAPER_ENERGY_REDUCTION], marker="P", markersize=9.5, linestyle="none", color="k", zorder=5,
+            label=f"Hecaton: {PAPER_ENERGY_REDUCTION:g}x energy")
+    figurecheck.guide(ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle=":"))  # no gain
+    _log_n_axis(ax, n)
+    ax.set(ylabel="1D TP / 2D", title=title)
+    ax.set_yscale("log")
+    ax.legend(fontsize=6.5, loc="upper left")
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"compute_comm_ratio.png": draw_compute_comm_ratio, "step_breakdown.png": draw_step_breakdown,
+           "throughput.png": draw_throughput, "energy.png": draw_energy, "gain.png": draw_gain}

@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison
+from .. import comparison, figurecheck
 from .. import io as tsio
 from .. import perfmodel
 from ..checks import check_float, check_floats, check_int
@@ -312,5 +312,116 @@ def compare(folder) -> list[comparison.Record]:
             + [_hbm_record(ds, m) for m in models])
 
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "NETWORKS", "PLAN_FIELDS", "best_point", "compare", "datacenter_design",
-           "design_space", "network_overrides"]
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "NETWORKS", "PLAN_FIELDS", "FIGURES", "best_point", "compare",
+           "datacenter_design", "design_space", "network_overrides"]
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+_COLORS = lambda ds: {m: f"C{i}" for i, m in enumerate(ds["model"].values.tolist())}  # noqa: E731
+_NET_STYLE = {"two-tier": ("--", "s"), "flat": ("-", "o")}
+
+
+def _figure_setting(folder):
+    """The saved dataset, its parameters, the percent formatter and the setting every title names."""
+    from matplotlib.ticker import FuncFormatter
+
+    ds = tsio.read_dataset(Path(folder) / "datacenter_design.nc")
+    setting = json.loads(ds.attrs["parameters"])
+    percent = FuncFormatter(lambda v, _: f"{100 * v:.3g}%")
+    where = (f"{setting['gpus']} GPUs ({setting['system']}-class), "
+             f"{setting['global_batch_tokens'] / 2**20:g}M tokens per step")
+    return ds, setting, percent, where
+
+
+def draw_mfu_vs_domain(folder):
+    """MFU at the best plan of each model on both networks as the scale-up (NVLink) domain grows."""
+    import matplotlib.pyplot as plt
+
+    ds, _, percent, where = _figure_setting(folder)
+    colors = _COLORS(ds)
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    dom = ds["domain"].values
+    for model in ds["model"].values.tolist():
+        for net in ds["network"].values.tolist():
+            ls, marker = _NET_STYLE[net]
+            ax.plot(dom, ds["mfu_domain"].sel(model=model, network=net), color=colors[model], linestyle=ls,
+                    marker=marker, label=f"{model}, {net}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(dom, [str(d) for d in dom])
+    ax.yaxis.set_major_formatter(percent)
+    ax.set(xlabel="scale-up domain (GPUs)", ylabel="MFU at the best plan", title=where)
+    ax.legend(loc="lower right")
+    return fig
+
+
+def draw_mfu_vs_hbm(folder):
+    """MFU at the best plan of each model against the HBM capacity (left) and bandwidth (right) per GPU, on the
+    two-tier network at the base domain."""
+    import matplotlib.pyplot as plt
+
+    ds, setting, percent, where = _figure_setting(folder)
+    colors = _COLORS(ds)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.6), sharey=True)
+    for model in ds["model"].values.tolist():
+        a1.plot(ds["hbm_capacity_GiB"], ds["mfu_hbm_capacity"].sel(model=model), marker="o", color=colors[model],
+                label=model)
+        a2.plot(ds["hbm_bandwidth_GBps"] / 1e3, ds["mfu_hbm_bandwidth"].sel(model=model), marker="o",
+                color=colors[model], label=model)
+    a1.yaxis.set_major_formatter(percent)
+    a1.set(xlabel="HBM capacity per GPU (GiB)", ylabel="MFU at the best plan")
+    a2.set(xlabel="HBM bandwidth per GPU (TB/s)")
+    fig.legend(*a1.get_legend_handles_labels(), loc="outside lower center", ncol=2)  # names both panels' lines
+    fig.suptitle(f"{where}; domain {setting['base_domain']}, two-tier network", fontsize=9)
+    return fig
+
+
+def draw_fat_tree_vs_flat(folder):
+    """Two-tier fat-tree vs flat network at the base domain: MFU against the scale-out bandwidth per GPU (left)
+    and the latency per collective step (middle), and the flat network's MFU over the fat-tree's against the
+    fat-tree's oversubscription, per leaf size (right; 1 = no gain)."""
+    import matplotlib.pyplot as plt
+
+    ds, setting, percent, where = _figure_setting(folder)
+    colors = _COLORS(ds)
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(12.0, 3.8))  # each panel on its own MFU scale
+    for model in ds["model"].values.tolist():
+        for net in ds["network"].values.tolist():
+            ls, marker = _NET_STYLE[net]
+            a1.plot(ds["bandwidth_GBps"], ds["mfu_link_bandwidth"].sel(model=model, network=net),
+                    color=colors[model], linestyle=ls, marker=marker, label=f"{model}, {net}")
+            a2.plot(ds["link_latency_s"] * 1e6, ds["mfu_link_latency"].sel(model=model, network=net),
+                    color=colors[model], linestyle=ls, marker=marker, label=f"{model}, {net}")
+    a1.set_xscale("log", base=2)
+    a1.set_xticks(ds["bandwidth_GBps"].values, [f"{v:g}" for v in ds["bandwidth_GBps"].values])
+    a2.set_xscale("log")
+    a1.yaxis.set_major_formatter(percent)
+    a1.set(xlabel="scale-out bandwidth per GPU (GB/s)", ylabel="MFU at the best plan")
+    a2.yaxis.set_major_formatter(percent)
+    a2.set(xlabel="scale-out latency per step (µs)", ylabel="MFU at the best plan")
+    # one legend for the left and middle panels' lines (the right panel keeps its own)
+    fig.legend(*a1.get_legend_handles_labels(), loc="outside lower center", ncol=4, fontsize=7)
+    for model in ds["model"].values.tolist():
+        gain = ds["mfu_flat_base"].sel(model=model) / ds["mfu_fat_tree"].sel(model=model)
+        leaves = ds["leaf_gpus"].values.tolist()
+        if float((gain.max("leaf_gpus") - gain.min("leaf_gpus")).max()) == 0 or len(leaves) == 1:
+            # the leaf size changes nothing here: one line, not identical lines drawn over each other
+            a3.plot(ds["oversubscription"], gain.isel(leaf_gpus=0), color=colors[model], marker="o",
+                    label=f"{model}, any leaf of {', '.join(map(str, leaves))} GPUs")
+            continue
+        for k, leaf in enumerate(leaves):
+            a3.plot(ds["oversubscription"], gain.sel(leaf_gpus=leaf), color=colors[model], marker="os^"[k % 3],
+                    linestyle=["-", "--", ":"][k % 3], label=f"{model}, {leaf} GPUs per leaf")
+    figurecheck.guide(a3.axhline(1.0, color="0.5", linewidth=0.8))  # no gain
+    a3.set_xscale("log", base=2)
+    a3.set_xticks(ds["oversubscription"].values, [f"{v:g}:1" for v in ds["oversubscription"].values])
+    a3.set(xlabel="fat-tree oversubscription", ylabel="MFU flat / MFU two-tier")
+    a3.legend(loc="upper left", fontsize=7)
+    fig.suptitle(f"{where}; domain {setting['base_domain']}; fat-tree: {setting['leaf_gpus']} GPUs per leaf, "
+                 f"{setting['oversubscription']:g}:1", fontsize=9)
+    return fig
+
+
+#: the figures drawn from the saved dataset alone (file name -> function of the output folder)
+FIGURES = {"mfu_vs_domain.png": draw_mfu_vs_domain, "mfu_vs_hbm.png": draw_mfu_vs_hbm,
+           "fat_tree_vs_flat.png": draw_fat_tree_vs_flat}

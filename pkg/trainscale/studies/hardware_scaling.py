@@ -337,8 +337,155 @@ def draw_published_scaling(folder):
     return fig
 
 
+_LINESTYLES = ["-", "--", ":", "-."]
+
+
+def _gpu_axis(ax, data) -> None:
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(data["gpus"].values, [str(int(g)) for g in data["gpus"].values])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.tick_params(axis="x", labelrotation=45 if data.sizes["gpus"] > 6 else 0)
+
+
+def _scaling_figure(folder, var, *, scale=1.0, ylabel=None, logy=False, batch_row=False):
+    """``var`` of hardware_scaling.nc against the GPU count: a panel per model, a colour per system, a line style
+    per strategy; with ``batch_row``, a second row of FSDP on the paper's system at every batch of
+    batch_sweep.nc."""
+    import matplotlib.pyplot as plt
+
+    from .. import plotting
+
+    data = tsio.read_dataset(Path(folder) / "hardware_scaling.nc")
+    model_names = data["model"].values.tolist()
+    system_names = data["system"].values.tolist()
+    strategy_names = data["strategy"].values.tolist()
+    rows = 2 if batch_row else 1
+    fig, axes = plt.subplots(rows, len(model_names), figsize=(3.4 * len(model_names) + 1.6, 3.2 * rows),
+                             squeeze=False)
+    drawn = {}  # legend label -> a line drawn with it (each system and strategy once, whatever the panel)
+    for ax, model in zip(axes[0], model_names):
+        for i, system in enumerate(system_names):
+            for j, strategy in enumerate(strategy_names):
+                y = data[var].sel(model=model, system=system, strategy=strategy)
+                if not np.isfinite(y.values).any():  # no plan of this strategy fits at any count: nothing to draw
+                    continue
+                label = f"{system}, {strategy}"
+                drawn[label] = ax.plot(data["gpus"], y * scale, color=f"C{i}",
+                                       linestyle=_LINESTYLES[j % len(_LINESTYLES)], marker="o", label=label)[0]
+        _gpu_axis(ax, data)
+        if logy:
+            ax.set_yscale("log")
+        ax.set(title=model, xlabel=plotting.label(data["gpus"], "GPUs"))
+    axes[0, 0].set_ylabel(ylabel or plotting.label(data[var]))
+    batch_handles = _batch_panels(folder, axes[1], var, scale) if batch_row else []
+    # one entry per system and strategy drawn (colour: system, line style: strategy), in the grid's order
+    handles = [drawn[f"{system}, {strategy}"] for system in system_names for strategy in strategy_names
+               if f"{system}, {strategy}" in drawn]
+    fig.legend(handles=handles, loc="outside right upper" if batch_row else "outside right center", fontsize=7)
+    if batch_handles:
+        fig.legend(handles=batch_handles, title="fixed global batch", loc="outside right lower")
+    return fig
+
+
+def _batch_panels(folder, axes, var, scale):
+    """Second row: FSDP on the paper's system at every swept batch (a grey shade and marker per batch).
+    Returns the legend handles; a batch without a plan at some GPU count says so in its label."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from .. import plotting
+
+    sweep = tsio.read_dataset(Path(folder) / "batch_sweep.nc")
+    batches = sweep["global_batch_tokens"].values
+    shades = plt.cm.Greys(np.linspace(0.45, 0.95, len(batches)))
+    markers = ["o", "s", "^", "D", "v", "P"]
+    fsdp = sweep[var].sel(system=PAPER_SYSTEM, strategy="fsdp")
+    handles = []
+    for k, (shade, b) in enumerate(zip(shades, batches)):
+        size = 9 - 6 * k / max(len(batches) - 1, 1)  # larger markers behind smaller ones: overlaps stay visible
+        missing = [int(g) for g in sweep["gpus"].values
+                   if not np.isfinite(fsdp.sel(global_batch_tokens=b, gpus=g)).any()]
+        label = f"{b / 2**20:g}M tokens" + (f" (no plan at {', '.join(map(str, missing))})" if missing else "")
+        for ax, model in zip(axes, sweep["model"].values.tolist()):
+            ax.plot(sweep["gpus"], fsdp.sel(model=model, global_batch_tokens=b) * scale, color=shade,
+                    marker=markers[k % len(markers)], markersize=size, linestyle=_LINESTYLES[k % len(_LINESTYLES)])
+        handles.append(Line2D([], [], color=shade, marker=markers[k % len(markers)], markersize=size,
+                              linestyle=_LINESTYLES[k % len(_LINESTYLES)], label=label))
+    for ax, model in zip(axes, sweep["model"].values.tolist()):
+        _gpu_axis(ax, sweep)
+        ax.set(title=f"{model}: fsdp on {PAPER_SYSTEM}", xlabel=plotting.label(sweep["gpus"], "GPUs"))
+    axes[0].set_ylabel(plotting.label(sweep[var]))
+    return handles
+
+
+def draw_throughput_per_gpu(folder):
+    """Throughput per GPU against GPUs per model, system and strategy at the fixed batch (top) and FSDP on the
+    paper's system at every swept batch (bottom): falling lines are the diminishing returns."""
+    return _scaling_figure(folder, "tokens_per_s_per_gpu", batch_row=True)
+
+
+def draw_mfu(folder):
+    """Model FLOP utilisation against GPUs per model, system and strategy at the fixed batch."""
+    return _scaling_figure(folder, "mfu", scale=100, ylabel="MFU [%]")
+
+
+def draw_total_throughput(folder):
+    """Total throughput of the cluster against GPUs (log-log: a slope below 1 is sub-linear scaling)."""
+    return _scaling_figure(folder, "tokens_per_s", logy=True)
+
+
+def draw_energy_per_token(folder):
+    """Energy per token of the GPUs against GPUs per model, system and strategy at the fixed batch."""
+    return _scaling_figure(folder, "energy_J_per_token")
+
+
+def draw_power_per_gpu(folder):
+    """Accelerator power per GPU at the chosen plan against GPUs per model, system and strategy."""
+    return _scaling_figure(folder, "power_W_per_gpu")
+
+
+def _binary_bytes(x, _pos=None):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= size:
+            return f"{x / size:g} {unit}"
+    return f"{x:g} B"
+
+
+def draw_allreduce_busbw(folder):
+    """Ring all-reduce bus bandwidth against message size, one line per node count, one panel per system."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from .. import plotting
+
+    bw = tsio.read_dataset(Path(folder) / "allreduce_busbw.nc")
+    system_names = bw["system"].values.tolist()
+    node_counts = bw["nodes"].values.tolist()
+    colors = plt.cm.viridis(np.linspace(0.0, 0.9, len(node_counts)))
+    fig, axes = plt.subplots(1, len(system_names), figsize=(3.6 * len(system_names) + 1.4, 3.2), squeeze=False,
+                             sharey=True)
+    for ax, system in zip(axes[0], system_names):
+        for color, n in zip(colors, node_counts):
+            ax.plot(bw["message_bytes"], bw["busbw_GBps"].sel(system=system, nodes=n), color=color,
+                    label=f"{n} node{'s' if n > 1 else ''}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(_binary_bytes))
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set(title=system, xlabel="message size")
+    axes[0, 0].set_ylabel(plotting.label(bw["busbw_GBps"], "bus bandwidth"))
+    # one legend for every panel (each draws the same node counts), right of the panels
+    fig.legend(*axes[0, -1].get_legend_handles_labels(), loc="outside right upper")
+    return fig
+
+
 #: the figures drawn from the saved datasets alone (file name -> function of the output folder)
-FIGURES = {"published_scaling.png": draw_published_scaling}
+FIGURES = {"throughput_per_gpu.png": draw_throughput_per_gpu, "mfu.png": draw_mfu,
+           "total_throughput.png": draw_total_throughput, "energy_per_token.png": draw_energy_per_token,
+           "power_per_gpu.png": draw_power_per_gpu, "allreduce_busbw.png": draw_allreduce_busbw,
+           "published_scaling.png": draw_published_scaling}
 
 
 # --------------------------------------------------------------------------- paper vs ours

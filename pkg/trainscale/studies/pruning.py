@@ -35,14 +35,14 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, inference
+from .. import comparison, figurecheck, inference
 from .. import io as tsio
 from .. import pruning as P
 from ..checks import check_float, check_floats, check_int
 from ..io import provenance
 from ..specs import SpecError
 
-__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "mixing_study", "inference_costs"]
+__all__ = ["PAPER", "OUTPUTS", "RESOURCES", "FIGURES", "compare", "mixing_study", "inference_costs"]
 
 PAPER = ("Deng et al., DRPruning: Efficient Large Language Model Pruning through Distributionally Robust "
          "Optimization (ACL 2025)")
@@ -246,5 +246,45 @@ def draw_inference(folder):
     return fig
 
 
+def draw_losses(folder):
+    """Every domain's loss over its reference as training proceeds, one panel per mix, at the paper's rho, the
+    middle of the swept curve parameters and the interval nearest the codes' 120 updates."""
+    import matplotlib.pyplot as plt
+
+    mixing = tsio.read_dataset(Path(folder) / "mixing.nc")
+    mid = {d: mixing[d].values[len(mixing[d]) // 2] for d in ("alpha", "damage", "unevenness")}
+    sel = mixing.sel(**mid, rho=PAPER_RHO, interval=_paper_interval(mixing))
+    methods = sel["mixing"].values
+    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 3.6), sharey=True)
+    for ax, method in zip(axes, methods):
+        excess = sel["loss"].sel(mixing=method) - sel["reference_loss"]
+        for i, dom in enumerate(sel["domain"].values):
+            ax.plot(sel["tokens"] / 1e9, excess.sel(domain=dom), color=f"C{i}", label=str(dom))
+        figurecheck.guide(ax.axhline(0.0, color="0.3", lw=0.8))  # at the reference loss
+        ax.set(title=f"{method} mixing", xlabel="tokens (billions)")
+    axes[0].set_ylabel("loss over the reference (nats)")
+    # one legend for every panel: each draws the same domains in the same colours
+    fig.legend(*axes[-1].get_legend_handles_labels(), loc="outside lower center", ncol=len(sel["domain"]),
+               fontsize=7)
+    return fig
+
+
+def draw_sweep(folder):
+    """Each mix's worst-domain excess and mean loss over the fixed mix's at equal tokens, as box plots over every
+    swept curve exponent, damage, unevenness, rho and update interval (below 1: the mix beats the fixed one)."""
+    import matplotlib.pyplot as plt
+
+    mixing = tsio.read_dataset(Path(folder) / "mixing.nc")
+    others = [m for m in mixing["mixing"].values if m != "fixed"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, (var, what) in zip(axes, (("worst_excess", "worst-domain excess"), ("mean_loss", "mean loss"))):
+        ratio = [(mixing[var].sel(mixing=m) / mixing[var].sel(mixing="fixed")).values.ravel() for m in others]
+        ax.boxplot(ratio, widths=0.5)
+        ax.set_xticks(range(1, len(others) + 1), others, rotation=20, fontsize=8)
+        figurecheck.guide(ax.axhline(1.0, color="0.3", lw=0.8))  # as good as the fixed mix
+        ax.set(title=what, ylabel="mix / fixed")
+    return fig
+
+
 #: the figures drawn from the saved datasets alone (file name -> function of the output folder)
-FIGURES = {"inference.png": draw_inference}
+FIGURES = {"losses.png": draw_losses, "sweep.png": draw_sweep, "inference.png": draw_inference}

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
+from .. import comparison, figurecheck
 from .. import io as tsio
 from .. import metarec as M
 from ..checks import check_float, check_int, check_ints
@@ -58,7 +58,7 @@ from ..io import provenance
 from ..specs import SpecError, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "compare", "problem_parameters", "equivalence_study",
-           "training_study", "scaling_study"]
+           "training_study", "scaling_study", "FIGURES"]
 
 PAPER = ("Xiao et al., G-Meta: Distributed Meta Learning in GPU Clusters for Large-Scale Recommender Systems "
          "(CIKM 2023, arXiv 2401.04338)")
@@ -439,5 +439,80 @@ def _adaptation_panel(ax, tr: xr.Dataset) -> None:
     ax.legend(fontsize=7)
 
 
+def _scaling_setting(folder):
+    """The saved scaling dataset at the catalog network and reference dimension, its parameters, the GPU counts,
+    the table sizes and the table sizes drawn (smallest, reference, largest: 1e5-1e7 rows give nearly the same
+    curves)."""
+    sc = tsio.read_dataset(Path(folder) / "scaling.nc")
+    setting = json.loads(sc.attrs["parameters"])
+    at = sc.sel(bandwidth_GBps=setting["catalog_bandwidth_GBps"], embedding_dim=int(setting["reference_dim"]))
+    rows = sc["rows_per_table"].values
+    shown = sorted({int(rows.min()), int(setting["reference_rows"]), int(rows.max())})
+    return sc, setting, at, sc["gpus"].values, rows, shown
+
+
+def draw_scaling(folder):
+    """Throughput (all GPUs) and scaling efficiency of the data-parallel (solid) and hybrid (dashed) schedules
+    against GPUs, for the smallest, reference and largest table, on the catalog network at the reference
+    embedding dimension; data-parallel points whose tables do not fit are dropped."""
+    import matplotlib.pyplot as plt
+
+    _, setting, at, gpus, _, shown = _scaling_setting(folder)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for r, rows in enumerate(shown):
+        for sched, ls in (("data-parallel", "-"), ("hybrid", "--")):
+            a = at.sel(rows_per_table=rows, schedule=sched)
+            ok = a["feasible"].values > 0
+            if not ok.any():
+                continue
+            axes[0].loglog(gpus[ok], a["samples_per_s"].values[ok], ls, marker="o", ms=3, color=f"C{r}",
+                           label=f"{sched}, {rows:.0e} rows")
+            axes[1].semilogx(gpus[ok], a["efficiency"].values[ok], ls, marker="o", ms=3, color=f"C{r}",
+                             label=f"{sched}, {rows:.0e} rows")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs")
+    axes[0].set_ylabel("samples / s (all GPUs)")
+    axes[1].set_ylabel("scaling efficiency")
+    # one legend for both panels: each draws the same schedules and tables
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=7)
+    fig.suptitle(f"{setting['system']}, {setting['catalog_bandwidth_GBps']:g} GB/s between nodes, dim "
+                 f"{setting['reference_dim']} (solid: data-parallel, dashed: hybrid)", fontsize=9)
+    return fig
+
+
+def draw_crossover(folder):
+    """Left: the hybrid's throughput over the data-parallel one against GPUs, per table size (catalog network).
+    Right: the smallest GPU count from which on the hybrid is faster at every larger count, against table size and
+    scale-out bandwidth at the reference embedding dimension ("never": not up to the largest count)."""
+    import matplotlib.pyplot as plt
+
+    sc, setting, at, gpus, rows_all, shown = _scaling_setting(folder)
+    dim = int(setting["reference_dim"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for r, rows in enumerate(shown):
+        s = at["speedup"].sel(rows_per_table=rows)
+        if np.isfinite(s.values).any():
+            axes[0].semilogx(gpus, s, marker="o", ms=3, color=f"C{r}", label=f"{rows:.0e} rows")
+    figurecheck.guide(axes[0].axhline(1.0, color="0.4", lw=1, ls=":"))  # as fast as data-parallel
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_xlabel("GPUs")
+    axes[0].set_ylabel("hybrid / data-parallel throughput")
+    axes[0].legend(fontsize=7)
+    cross = sc["crossover_gpus"].sel(embedding_dim=dim).transpose("bandwidth_GBps", "rows_per_table")
+    axes[1].imshow(np.log2(cross.values), cmap="viridis_r", aspect="auto", origin="lower", vmin=1,
+                   vmax=np.log2(gpus.max()))
+    for (i, j), c in np.ndenumerate(cross.values):
+        axes[1].text(j, i, "never" if np.isnan(c) else f"{c:g}", ha="center", va="center", fontsize=8,
+                     color="k" if np.isnan(c) or c > 8 else "w")
+    axes[1].set_xticks(np.arange(len(rows_all)), [f"{r:.0e}" for r in rows_all], fontsize=8)
+    axes[1].set_yticks(np.arange(cross.shape[0]), [f"{b:g}" for b in cross["bandwidth_GBps"].values])
+    axes[1].set_xlabel("rows per table")
+    axes[1].set_ylabel("scale-out GB/s per GPU")
+    axes[1].set_title(f"GPUs from which the hybrid wins (dim {dim}; 'never': not up to {gpus.max()})", fontsize=9)
+    axes[1].grid(False)
+    return fig
+
+
 #: the figures drawn from the saved datasets alone (file name -> function of the output folder)
-FIGURES = {"training.png": draw_training}
+FIGURES = {"training.png": draw_training, "scaling.png": draw_scaling, "crossover.png": draw_crossover}

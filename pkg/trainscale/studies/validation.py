@@ -298,5 +298,53 @@ def draw_error_by_run(folder):
     return fig
 
 
+def draw_memory_parity(folder):
+    """trainscale's memory per GPU against Calculon's on Calculon's plans, one colour per term compared, with
+    y = x and grey bands at +-5% and +-15% (drawn only inside the axes), both axes log over the same range."""
+    import matplotlib.pyplot as plt
+
+    mem = tsio.read_dataset(Path(folder) / "memory.nc")
+    fig, ax = plt.subplots(figsize=(4.6, 4.4))
+    values = np.concatenate([mem["ours_GiB"].values.ravel(), mem["calculon_GiB"].values.ravel()])
+    lo, hi = values.min() / 1.3, values.max() * 1.3
+    x = np.geomspace(lo, hi, 200)
+    # the bands as parity.png draws them: opaque greys told apart by shade, drawn only inside the axes
+    for band, color in ((0.15, "#eeeeee"), (0.05, "#d4d4d4")):
+        ax.fill_between(x, np.maximum(x * (1 - band), lo), np.minimum(x * (1 + band), hi), color=color, lw=0,
+                        label=f"±{band:.0%}")
+    ax.plot(x, x, color="0.2", lw=0.8, label="y = x")
+    for i, term in enumerate(mem["term"].values):
+        part = mem.sel(term=term)
+        ax.scatter(part["calculon_GiB"], part["ours_GiB"], s=22, color=f"C{i}", label=str(term), zorder=3)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), aspect="equal",
+           xlabel="Calculon [GiB per GPU]", ylabel="trainscale [GiB per GPU]", title="Memory on Calculon's plans")
+    ax.legend(loc="upper left")
+    return fig
+
+
+def draw_searched_knobs(folder):
+    """Per run with a knob its source leaves blank, the relative error with those knobs as run or at the stack's
+    defaults and with them searched (the best plan), sorted by the searched error; +-10% / +-20% guides."""
+    import matplotlib.pyplot as plt
+
+    searched = tsio.read_dataset(Path(folder) / "searched.nc")
+    order = np.argsort(searched["rel_error_searched"].values, kind="stable")
+    part = searched.isel(run=order)
+    y = np.arange(part.sizes["run"])
+    fig, ax = plt.subplots(figsize=(9.0, 0.24 * len(y) + 1.3))
+    ax.barh(y - 0.2, 100 * part["rel_error_default"].values, height=0.4, color="C0",
+            label="blank knobs as run or at the stack's defaults")
+    ax.barh(y + 0.2, 100 * part["rel_error_searched"].values, height=0.4, color="C1",
+            label="blank knobs searched (best plan)")
+    error_guides(ax)
+    ax.set_yticks(y, [f"{run} ({name})" for run, name in zip(part["run"].values, part["dataset"].values)])
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("relative error, (predicted − measured) / measured [%]")
+    ax.set_title("Knobs the source leaves blank:\nas run or defaults vs searched")
+    ax.legend(loc="lower right")
+    return fig
+
+
 #: the figures drawn from the saved datasets alone (file name -> function of the output folder)
-FIGURES = {"parity.png": draw_parity, "error_by_run.png": draw_error_by_run}
+FIGURES = {"parity.png": draw_parity, "error_by_run.png": draw_error_by_run, "memory_parity.png": draw_memory_parity,
+           "searched_knobs.png": draw_searched_knobs}

@@ -793,8 +793,10 @@ def divisors(n: int) -> list[int]:
 
 
 # the experts' tensor-parallel degrees a default space offers: as the attention's (0: Megatron-Core's default,
-# expert_tensor_parallel_size None -> tensor_model_parallel_size) or none (1: experts whole on each GPU, the
-# setting of Megatron-Bridge's MoE recipes, e.g. DeepSeek-V3 and Qwen3 with ETP 1)
+# megatron/core/parallel_state.py initialize_model_parallel(expert_tensor_parallel_size=None), which takes the
+# tensor-parallel size) or none (1: each expert whole on its GPU, expert_tensor_parallel_size=1, as MoE training
+# configs commonly set it: Megatron-Bridge's workload base configs, veRL's Megatron examples; read in the code
+# corpus, 2026-12-06). Any etp with ep x etp dividing tp x dp is priced (--fix etp=N, a space's etp axis)
 EXPERT_TP_CHOICES = (0, 1)
 
 # interleave depths kept besides the divisors of the layers: uneven splits, which stacks that balance uneven

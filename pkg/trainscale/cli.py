@@ -66,6 +66,7 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "flash_attention": ("true/false", "fused attention: no seq x seq scores in HBM"),
     "zero3_per_tensor": ("true/false", "ZeRO-3 fetches each weight matrix apart (DeepSpeed 2021)"),
     "ep": ("ranks", "expert-parallel degree of a mixture of experts (divides dp)"),
+    "etp": ("ranks", "experts' tensor-parallel degree (0: as tp; ep x etp divides tp x dp)"),
     "tp_comm_overlap": ("true/false", "overlap the sequence-parallel collectives with the GEMMs (needs sequence_parallel)"),
     "stack": ("-", "software that runs the plan: megatron, deepspeed, fsdp or nemo"),
     "compiled": ("true/false", "the model runs under torch.compile"),
@@ -299,7 +300,7 @@ def _fixed_fields(pairs: Sequence[str] | None) -> dict:
     from . import perfmodel
 
     fixed = {}
-    valid = perfmodel.GRID_AXES + (perfmodel.EP_AXIS,)
+    valid = perfmodel.GRID_AXES + perfmodel.EXPERT_AXES
     for pair in pairs or []:
         key, sep, text = pair.partition("=")
         if not sep or key not in valid:

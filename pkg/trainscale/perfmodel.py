@@ -640,13 +640,31 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
 GRID_AXES = ("tp", "pp", "cp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
              "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap")
 BOOLEAN_AXES = ("sequence_parallel", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap")
-# the expert-parallel axis: a grid has it (last) only when the caller asks for it
+# the expert axes: a grid has them (last, in this order) only when the caller asks for them. ``etp`` is the
+# experts' tensor-parallel degree (Megatron-Core's --expert-tensor-parallel-size), 0 meaning "as tp"
 EP_AXIS = "ep"
+ETP_AXIS = "etp"
+EXPERT_AXES = (EP_AXIS, ETP_AXIS)
 
 
 def grid_axes(grid: xr.Dataset) -> tuple[str, ...]:
-    """The plan axes of an evaluated grid, in order (``GRID_AXES``, then ``ep`` if it was swept)."""
+    """The plan axes of an evaluated grid, in order (``GRID_AXES``, then ``ep`` and ``etp`` if swept)."""
     return tuple(grid["step_time_s"].dims)
+
+
+def expert_axes(values: Mapping) -> tuple[str, ...]:
+    """The expert axes a space or grid has (:data:`EXPERT_AXES` in order)."""
+    return tuple(name for name in EXPERT_AXES if name in values)
+
+
+def expert_pairs(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' expert layout: ``(ep_v, etp_v)`` of equal length, the product of the ``ep`` and ``etp``
+    axes in C order (etp fastest), so a grid's flat index over ``(..., ep, etp)`` is the kernels' over
+    ``(..., pair)``; an axis the space lacks is ``[1]`` (ep) or ``[0]`` (etp: as tp)."""
+    ep = np.asarray(arrays.get(EP_AXIS, np.ones(1, dtype=np.int64)), dtype=np.int64)
+    etp = np.asarray(arrays.get(ETP_AXIS, np.zeros(1, dtype=np.int64)), dtype=np.int64)
+    return (np.ascontiguousarray(np.repeat(ep, etp.shape[0])),
+            np.ascontiguousarray(np.tile(etp, ep.shape[0])))
 
 
 def _axis(values, name: str) -> np.ndarray:
@@ -660,7 +678,7 @@ def _axis(values, name: str) -> np.ndarray:
     arr = np.asarray([int(v) for v in values], dtype=np.int64)
     if arr.size == 0:
         raise SpecError(name, list(values), "expected at least one value")
-    minimum = 0 if name in BOOLEAN_AXES + ("zero", "shard_group") else 1
+    minimum = 0 if name in BOOLEAN_AXES + ("zero", "shard_group", ETP_AXIS) else 1
     if (arr < minimum).any():
         raise SpecError(name, list(values), f"expected integers >= {minimum}")
     return arr
@@ -692,15 +710,15 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
     _check_split_ends(split_ends)
     model = resolve_model(model)
     system = resolve_system(system)
-    unknown = set(axes) - set(GRID_AXES) - {EP_AXIS}
+    unknown = set(axes) - set(GRID_AXES) - set(EXPERT_AXES)
     if unknown:
         name = sorted(unknown)[0]
-        raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + (EP_AXIS,))}")
+        raise SpecError(name, axes[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + EXPERT_AXES)}")
     defaults = {"recompute": ["full"], "zero": [0], "shard_group": [0], **{name: [0] for name in BOOLEAN_AXES}}
-    names = GRID_AXES + ((EP_AXIS,) if EP_AXIS in axes else ())
+    names = GRID_AXES + expert_axes(axes)
     values = {name: list(axes.get(name, defaults.get(name, [1]))) for name in names}
-    arrays = [_axis(values[name], name) for name in names]
-    ep = arrays.pop() if EP_AXIS in axes else np.ones(1, dtype=np.int64)
+    arrays = [_axis(values[name], name) for name in GRID_AXES]
+    ep, etp = expert_pairs({name: _axis(values[name], name) for name in expert_axes(axes)})
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
     ((precision, recipe),) = _one_precision(system, precision, fp8_recipe)
@@ -708,7 +726,7 @@ def evaluate_grid(model, system, gpus: int, global_batch: int, calibration: Mapp
                                               recompute_share, rotary_kernel, tp_async_backward),
                            system, calibration, stack, precision, recipe)
     results, dps = _grid_kernel(model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
-                                *arrays, ep, int(split_ends))
+                                *arrays, ep, etp, int(split_ends))
     ds = grid_dataset(results, dps, values, model, system, gpus, global_batch, calibration)
     ds.attrs["stack"] = stack
     ds.attrs["compiled"] = int(compiled)
@@ -731,7 +749,7 @@ def _one_precision(system: SystemSpec, precision, fp8_recipe: str) -> list[tuple
 def grid_dataset(results: np.ndarray, dps: np.ndarray, values: Mapping[str, list], model: ModelSpec,
                  system: SystemSpec, gpus: int, global_batch: int,
                  calibration: Mapping | None = None) -> xr.Dataset:
-    dims = GRID_AXES + ((EP_AXIS,) if EP_AXIS in values else ())
+    dims = GRID_AXES + expert_axes(values)
     shape = tuple(len(values[name]) for name in dims)
     res = results.reshape(shape + (K.O_SIZE,))
     step = res[..., K.O_STEP]
@@ -774,6 +792,13 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+# the experts' tensor-parallel degrees a default space offers: as the attention's (0: Megatron-Core's default,
+# megatron/core/parallel_state.py initialize_model_parallel(expert_tensor_parallel_size=None), which takes the
+# tensor-parallel size) or none (1: each expert whole on its GPU, expert_tensor_parallel_size=1, as MoE training
+# configs commonly set it: Megatron-Bridge's workload base configs, veRL's Megatron examples; read in the code
+# corpus, 2026-12-06). Any etp with ep x etp dividing tp x dp is priced (--fix etp=N, a space's etp axis)
+EXPERT_TP_CHOICES = (0, 1)
+
 # interleave depths kept besides the divisors of the layers: uneven splits, which stacks that balance uneven
 # chunks (NeMo, DeepSpeed) can run; Megatron-LM's even split refuses them (R_UNEVEN_CHUNKS), never priced
 UNEVEN_INTERLEAVE = (3, 6)
@@ -787,15 +812,17 @@ def default_space(model: ModelSpec, system: SystemSpec, gpus: int, global_batch:
     for a ``dp`` the tp, pp and cp degrees leave); ``interleave``: every divisor of the layers that leaves a
     pipeline of at least two stages (and ``UNEVEN_INTERLEAVE``). ``shard_group`` adds hybrid sharding (HSDP)
     for ZeRO >= 1: besides sharding over all of dp (0), shard groups of one node (8 GPUs) up to 512 ranks in
-    powers of two (below the GPU count). A mixture-of-experts model adds the ``ep`` axis: every power of two
-    dividing its experts. Most of its layouts are invalid; :func:`search` prices only the valid ones.
+    powers of two (below the GPU count). A mixture-of-experts model adds the ``ep`` axis, every power of two
+    dividing its experts, and the ``etp`` axis, the experts' tensor-parallel degree: as ``tp`` (0) or 1
+    (:data:`EXPERT_TP_CHOICES`). Most of its layouts are invalid; :func:`search` prices only the valid ones.
     """
     pow2 = [2**i for i in range(0, 14) if 2**i <= gpus]
     pp = sorted({p for p in pow2 + [3, 5, 6, 12, 24] if p <= model.layers and gpus % p == 0})
     tp = [t for t in pow2 if t <= min(model.heads, 64)]
     cp = [c for c in pow2 if c <= 16]
     shard = [0] + [g for g in pow2 if 8 <= g <= min(512, gpus // 2)]
-    moe = {EP_AXIS: [e for e in pow2 if model.experts % e == 0]} if model.is_moe else {}
+    moe = ({EP_AXIS: [e for e in pow2 if model.experts % e == 0], ETP_AXIS: list(EXPERT_TP_CHOICES)}
+           if model.is_moe else {})
     return {**moe,
         "tp": tp,
         "pp": pp,
@@ -937,6 +964,8 @@ def canonical_plan(plan: Mapping) -> tuple:
         p["tp_comm_overlap"] = False
     if p.get("zero", 0) != 3:
         p["zero3_per_tensor"] = False
+    if p.get(ETP_AXIS, 0) == p.get("tp", 1):
+        p[ETP_AXIS] = 0
     return tuple(sorted(p.items()))
 
 
@@ -988,6 +1017,7 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     shard_group=p.get("shard_group", 0), overlap_grad_reduce=bool(p["overlap_grad_reduce"]),
                     flash_attention=bool(p["flash_attention"]),
                     zero3_per_tensor=bool(p.get("zero3_per_tensor", False)), ep=int(p.get("ep", 1)),
+                    etp=int(p.get(ETP_AXIS, 0)),
                     tp_comm_overlap=bool(p.get("tp_comm_overlap", False)) and bool(p["sequence_parallel"]),
                     stack=p.get("stack", DEFAULT_STACK), compiled=bool(p.get("compiled", False)),
                     grad_reduce_fp32=bool(p.get("grad_reduce_fp32", False)),
@@ -1002,6 +1032,6 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
 
 __all__ = ["Prediction", "predict", "UnrunnablePlanWarning", "FITTED", "GENERATION_FITTED", "STACK_FITTED", "evaluate_grid", "search", "rank", "default_space", "GRID_AXES",
            "model_vector", "system_vector", "calibration_vector", "plan_calibration_vector", "calibration_parameters", "grid_size", "plan_vector",
-           "plan_from_grid_entry", "EP_AXIS", "with_precision", "precision_choices", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
+           "plan_from_grid_entry", "EP_AXIS", "ETP_AXIS", "EXPERT_AXES", "expert_axes", "expert_pairs", "EXPERT_TP_CHOICES", "with_precision", "precision_choices", "divisors", "local_batch_divisors", "grid_axes", "canonical_plan", "BOOLEAN_AXES",
            "collective_time_s", "pipeline_stage_times", "layer_times", "COLLECTIVES", "plan_split",
            "chunk_layer_counts"]

@@ -23,25 +23,25 @@ import xarray as xr
 
 from .kernels import layout as K
 from .kernels.grid import evaluate_layouts, invalid_plan_counts, layer_cost_table, layout_reasons, scan_layouts
-from .perfmodel import (BOOLEAN_AXES, EP_AXIS, GRID_AXES, GiB, _axis, canonical_plan, model_vector,
-                        system_vector)
+from .perfmodel import (BOOLEAN_AXES, EXPERT_AXES, GRID_AXES, GiB, _axis, canonical_plan, expert_axes, expert_pairs,
+                        model_vector, system_vector)
 from .specs import SpecError
 
 LAYOUT_AXES = GRID_AXES[:5]  # tp, pp, cp, interleave, micro_batch: what decides whether a plan is valid
 FOLD_KNOBS = ("recompute", "sequence_parallel", "zero", "shard_group", "overlap_grad_reduce", "flash_attention",
-              "zero3_per_tensor", "tp_comm_overlap")
+              "zero3_per_tensor", "tp_comm_overlap", "etp")
 FOLD_REL_TOL = 1e-12  # two plans fold only when step time and memory agree to this relative tolerance
 AXIS_DEFAULTS = {"recompute": ["full"], "zero": [0], "shard_group": [0], **{name: [0] for name in BOOLEAN_AXES}}
 
 
 def space_values(space: Mapping) -> dict:
-    """Every axis of a space (``GRID_AXES``, then ``ep`` if present) with its values, defaults filled in;
-    an unknown axis is refused naming the valid ones."""
-    unknown = set(space) - set(GRID_AXES) - {EP_AXIS}
+    """Every axis of a space (``GRID_AXES``, then ``ep`` and ``etp`` if present) with its values, defaults filled
+    in; an unknown axis is refused naming the valid ones."""
+    unknown = set(space) - set(GRID_AXES) - set(EXPERT_AXES)
     if unknown:
         name = sorted(unknown)[0]
-        raise SpecError(name, space[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + (EP_AXIS,))}")
-    names = GRID_AXES + ((EP_AXIS,) if EP_AXIS in space else ())
+        raise SpecError(name, space[name], f"unknown grid axis; valid axes: {', '.join(GRID_AXES + EXPERT_AXES)}")
+    names = GRID_AXES + expert_axes(space)
     return {name: list(space.get(name, AXIS_DEFAULTS.get(name, [1]))) for name in names}
 
 
@@ -146,23 +146,21 @@ class _Space:
         self.ends = int(split_ends)
         reasons, dps = layout_reasons(self.mvec, self.gpus, self.global_batch, *(arrays[n] for n in LAYOUT_AXES),
                                       self.even_split, self.ends)
-        knobs = [arrays[n] for n in tuple(values)[len(LAYOUT_AXES):]]
-        if EP_AXIS not in values:
-            knobs.append(np.ones(1, dtype=np.int64))
-        self.knobs = knobs
+        # the kernels' knob arrays: the grid's knob axes, then the expert layout as (ep, etp) pairs
+        self.knobs = [arrays[n] for n in GRID_AXES[len(LAYOUT_AXES):]] + list(expert_pairs(arrays))
         self.valid = reasons == K.R_OK
         self.layouts = _layout_indices(values, self.valid)
         self.layout_values = _layout_values(arrays, self.layouts)
         self.dps = dps[self.valid]
-        self.n_knob = int(np.prod([k.shape[0] for k in knobs], dtype=np.int64))
+        self.n_knob = int(np.prod([len(values[n]) for n in tuple(values)[len(LAYOUT_AXES):]], dtype=np.int64))
 
     def invalid_counts(self) -> np.ndarray:
         """Plans of the invalid layouts by reason (``[len(REASONS)]``)."""
-        shard_v, ep_v = self.knobs[3], self.knobs[-1]
+        shard_v, ep_v, etp_v = self.knobs[3], self.knobs[-2], self.knobs[-1]
         other_knobs = self.n_knob // (shard_v.shape[0] * ep_v.shape[0])
         return other_knobs * invalid_plan_counts(self.mvec, self.gpus, self.global_batch,
                                                  _layout_values(self.arrays, _layout_indices(self.values, ~self.valid)),
-                                                 shard_v, ep_v, self.even_split, len(K.REASONS), self.ends)
+                                                 shard_v, ep_v, etp_v, self.even_split, len(K.REASONS), self.ends)
 
 
 def _rule_fields(values: Mapping, layout_values: np.ndarray, dps: np.ndarray, fixed: Mapping) -> tuple[dict, tuple]:
@@ -223,23 +221,23 @@ def _layout_values(arrays: Mapping, layouts: np.ndarray) -> np.ndarray:
 
 def _layer_table(sp: "_Space", calib: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Layer costs once per distinct (tp, cp, micro_batch) of the valid layouts: ``(layout_key, table)``."""
-    rc_v, sp_v, _, _, _, flash_v, _, tpo_v, ep_v = sp.knobs
+    rc_v, sp_v, _, _, _, flash_v, _, tpo_v, ep_v, etp_v = sp.knobs
     keys, layout_key = np.unique(sp.layout_values[:, [0, 2, 4]], axis=0, return_inverse=True)
     table = layer_cost_table(sp.mvec, sp.svec, calib, np.ascontiguousarray(keys, dtype=np.int64), rc_v, sp_v, flash_v,
-                             tpo_v, ep_v)
+                             tpo_v, ep_v, etp_v)
     return np.ascontiguousarray(layout_key.ravel(), dtype=np.int64), table
 
 
 def _price_layouts(mvec, svec, calib, gpus, global_batch, layout_values, knobs, ends=0):
     """The kernels' calls: layer costs once per distinct (tp, cp, micro_batch), then every plan."""
-    rc_v, sp_v, zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v = knobs
+    rc_v, sp_v, zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v = knobs
     keys, layout_key = np.unique(layout_values[:, [0, 2, 4]], axis=0, return_inverse=True)
     table = layer_cost_table(mvec, svec, calib, np.ascontiguousarray(keys, dtype=np.int64), rc_v, sp_v, flash_v,
-                             tpo_v, ep_v)
+                             tpo_v, ep_v, etp_v)
     return evaluate_layouts(mvec, svec, calib, int(gpus), int(global_batch),
                             np.ascontiguousarray(layout_values, dtype=np.int64),
                             np.ascontiguousarray(layout_key.ravel(), dtype=np.int64), table, rc_v, sp_v, zero_v,
-                            shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends)
+                            shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends)
 
 
 # feasible plans the search's first pass keeps (fastest by the closed form); a search that needs more (many
@@ -377,7 +375,7 @@ def same_cost(a: Mapping | None, b: Mapping | None, rel_tol: float = FOLD_REL_TO
 def plan_differences(plan: Mapping, other: Mapping) -> dict:
     """The plan axes (and dp, and the precision of a search of several) where ``plan`` differs from ``other``:
     name -> ``plan``'s value."""
-    names = GRID_AXES + (EP_AXIS, "dp", "precision")
+    names = GRID_AXES + EXPERT_AXES + ("dp", "precision")
     return {k: plan.get(k) for k in names if plan.get(k) != other.get(k)}
 
 

@@ -606,6 +606,7 @@ def searched_space(m: MeasuredRun, values: Mapping[str, list] | None = None) -> 
              for name in perfmodel.GRID_AXES}
     if m.run.model.is_moe:
         space[perfmodel.EP_AXIS] = [plan.ep]
+        space[perfmodel.ETP_AXIS] = [plan.etp]
     for knob in searched_knobs(m):
         space[knob] = list(values[knob])
     return space

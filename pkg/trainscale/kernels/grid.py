@@ -17,15 +17,15 @@ from .plan import SHAPE_STAGES, layer_costs, plan_costs, plan_time, shaped_plan_
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
-                    per_tensor, out, ep=1, ends=0):
+                    per_tensor, out, ep=1, ends=0, etp=0):
     """One grid entry: ``dp`` follows from the GPU count; returns it (0 when tp*pp*cp does not
     divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``). ``ends``:
     the embedding / loss counted in the pipeline split (:func:`~trainscale.kernels.plan.split_reason`;
-    a plan with pp 1 takes 0)."""
+    a plan with pp 1 takes 0); ``etp`` the experts' tensor-parallel degree (0: ``tp``)."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
     plan_costs(model, system, calib, lc, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, rc, zero,
-               shard, overlap, per_tensor, out, ep, 0, 0, ends if pp > 1 else 0)
+               shard, overlap, per_tensor, out, ep, 0, 0, ends if pp > 1 else 0, etp)
     if dp == 0:
         reason = out[O_REASON]
         out[:] = np.nan
@@ -35,8 +35,9 @@ def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v,
 
 @njit(parallel=True, cache=True)
 def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends=0):
-    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, ``ep`` last;
+                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends=0):
+    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, the expert layout last:
+    ``(ep_v[i], etp_v[i])`` pairs (the caller lays out the product of the ep and etp axes, etp fastest);
     ``ends`` (one per call) the pipeline split of every plan with pp > 1."""
     n_tp, n_cp, n_mb = tp_v.shape[0], cp_v.shape[0], mb_v.shape[0]
     n_rc, n_sp, n_fl, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], ep_v.shape[0]
@@ -58,7 +59,7 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
             table[j, :] = np.nan
             continue
         layer_costs(model, system, calib, tp, cp, mb_v[i_mb], rc_v[i_rc], sp_v[i_sp] != 0,
-                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0)
+                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0, etp_v[i_ep])
 
     n_pp, n_v, n_zero = pp_v.shape[0], v_v.shape[0], zero_v.shape[0]
     n_shard, n_ovl, n_ten = shard_v.shape[0], ovl_v.shape[0], tensor_v.shape[0]
@@ -99,7 +100,8 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
              + i_tpo) * n_ep + i_ep
         dps[i] = grid_plan_costs(model, system, calib, table[j], gpus, global_batch, tp_v[i_tp], pp_v[i_pp],
                                  cp_v[i_cp], v_v[i_v], mb_v[i_mb], rc_v[i_rc], zero_v[i_zero], shard_v[i_shard],
-                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep], ends)
+                                 ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep], ends,
+                                 etp_v[i_ep])
     return results, dps
 
 
@@ -111,7 +113,8 @@ def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_
     ``parallel=True`` kernel compiled in another process can crash when it is loaded (a cached
     caller linked against the cached parfor), so no cached kernel calls a parallel one."""
     return evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                            zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, np.ones(1, dtype=np.int64))
+                            zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, np.ones(1, dtype=np.int64),
+                            np.zeros(1, dtype=np.int64))
 
 
 # --------------------------------------------------------------------------- layouts: the search's sparse grid
@@ -155,10 +158,10 @@ def layout_reasons(model, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, even_
 
 
 @njit(cache=True)
-def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_split, n_reasons, ends=0):
+def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, etp_v, even_split, n_reasons, ends=0):
     """Plans of the invalid ``layouts[n, 5]`` by the reason the dense grid gives each, per combination of
-    the knobs other than ``shard_group`` and ``ep`` (the only knobs :func:`plan_reason` reads):
-    ``counts[n_reasons]``."""
+    the knobs other than ``shard_group`` and the expert layout (``(ep_v[i], etp_v[i])`` pairs: the only knobs
+    :func:`plan_reason` reads): ``counts[n_reasons]``."""
     counts = np.zeros(n_reasons, dtype=np.int64)
     none = np.int64(0)  # not a literal: one compiled structural_reason for every caller
     for n in range(layouts.shape[0]):
@@ -169,20 +172,20 @@ def invalid_plan_counts(model, gpus, global_batch, layouts, shard_v, ep_v, even_
             for i_ep in range(ep_v.shape[0]):
                 reason = structural_reason(model, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch,
                                            shard_v[i_shard], ep_v[i_ep], even_split, none, none,
-                                           ends if pp > 1 else 0, none)
+                                           ends if pp > 1 else 0, etp_v[i_ep])
                 counts[reason if reason != R_OK else R_GPUS] += 1
     return counts
 
 
 @njit(cache=True, nogil=True)
-def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_v):
-    """Layer costs of every ``(tp, cp, micro_batch)`` row of ``keys`` and every knob they depend on:
+def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_v, etp_v):
+    """Layer costs of every ``(tp, cp, micro_batch)`` row of ``keys`` and every knob they depend on (the
+    expert layout as ``(ep_v[i], etp_v[i])`` pairs):
     ``table[((((k * n_rc + rc) * n_sp + sp) * n_fl + fl) * n_tpo + tpo) * n_ep + ep, L_SIZE]``. Serial: a few
     thousand rows, milliseconds; not a ``parallel=True`` kernel, whose compilation alone takes seconds."""
     n_rc, n_sp, n_fl, n_tpo, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
     per_key = n_rc * n_sp * n_fl * n_tpo * n_ep
     table = np.empty((keys.shape[0] * per_key, L_SIZE))
-    etp = np.int64(0)  # not omitted: the same compiled layer_costs as predict's
     for j in range(table.shape[0]):
         i_ep = j % n_ep
         i_tpo = (j // n_ep) % n_tpo
@@ -191,14 +194,14 @@ def layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_
         i_rc = (j // (n_ep * n_tpo * n_fl * n_sp)) % n_rc
         k = j // per_key
         layer_costs(model, system, calib, keys[k, 0], keys[k, 1], keys[k, 2], rc_v[i_rc], sp_v[i_sp] != 0,
-                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0, etp)
+                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0, etp_v[i_ep])
     return table
 
 
 @njit(cache=True)
 def _price_layout_block(model, system, calib, table_base, gpus, global_batch, layout, rc, sp_row, zero,
-                        shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, scratch, step_s, mem_bytes, reasons, first,
-                        ends=0):
+                        shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, scratch, step_s, mem_bytes, reasons,
+                        first, ends=0):
     """Price one block of plans (one layout, recompute, sequence_parallel and zero; the remaining knob axes
     in C order) into ``step_s``, ``mem_bytes`` and ``reasons`` from index ``first``."""
     n_ovl, n_fl, n_ten, n_tpo, n_ep = ovl_v.shape[0], flash_v.shape[0], tensor_v.shape[0], tpo_v.shape[0], ep_v.shape[0]
@@ -212,7 +215,8 @@ def _price_layout_block(model, system, calib, table_base, gpus, global_batch, la
                             lc = table_base[((sp_row * n_fl + i_fl) * n_tpo + i_tpo) * n_ep + i_ep]
                             grid_plan_costs(model, system, calib, lc, gpus, global_batch, layout[0], layout[1],
                                             layout[2], layout[3], layout[4], rc, zero, shard_v[i_shard],
-                                            ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, scratch, ep_v[i_ep], ends)
+                                            ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, scratch, ep_v[i_ep], ends,
+                                            etp_v[i_ep])
                             step_s[i] = scratch[O_STEP]
                             mem_bytes[i] = scratch[O_MEM_BYTES]
                             reasons[i] = int(scratch[O_REASON])
@@ -221,7 +225,7 @@ def _price_layout_block(model, system, calib, table_base, gpus, global_batch, la
 
 @njit(parallel=True, cache=True)
 def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, table, rc_v, sp_v, zero_v,
-                     shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends=0):
+                     shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends=0):
     """Price every plan of the valid ``layouts[n, 5]`` (tp, pp, cp, interleave, micro_batch) times the knob axes.
 
     ``layout_key[n]`` is each layout's row of :func:`layer_cost_table`'s ``keys``. Returns ``(step_s, mem_bytes,
@@ -242,7 +246,7 @@ def evaluate_layouts(model, system, calib, gpus, global_batch, layouts, layout_k
         n = b // (n_zero * n_sp * n_rc)
         table_base = table[(layout_key[n] * n_rc + i_rc) * n_sp * n_fl * n_tpo * n_ep:]
         _price_layout_block(model, system, calib, table_base, gpus, global_batch, layouts[n], rc_v[i_rc], i_sp,
-                            zero_v[i_zero], shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, np.empty(O_SIZE),
+                            zero_v[i_zero], shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, np.empty(O_SIZE),
                             step_s, mem_bytes, reasons, b * block, ends)
     return step_s, mem_bytes, reasons
 
@@ -309,7 +313,8 @@ def _heap_offer(top_s, top_i, top_m, n, k, step, index, mem):
 
 @njit(cache=True, nogil=True)
 def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, table, rc_v, sp_v, zero_v,
-                 shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, ends, rule_id, n_rules, n_reasons, chunk, n_chunks,
+                 shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends, rule_id, n_rules, n_reasons, chunk,
+                 n_chunks,
                  k, after_step, after_index):
     """The search's one pass over the plans of the valid ``layouts`` (as :func:`evaluate_layouts` prices them, same
     order and flat index), keeping no per-plan array: chunk ``chunk`` of ``n_chunks`` takes the blocks
@@ -337,7 +342,7 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
     top_m = np.empty(k)
     n_top = np.int64(0)  # not a literal: one compiled _heap_offer
     out = np.empty(O_SIZE)
-    first = last = etp = np.int64(0)  # not literals: the same compiled plan_memory / plan_time as predict's
+    first = last = np.int64(0)  # not literals: the same compiled plan_memory / plan_time as predict's
     shape = np.empty((SHAPE_STAGES, 3), dtype=np.int64)  # the pipeline's memory shape, once per layout
     shape_layout = -1
     for b in range(chunk, n_blocks, n_chunks):
@@ -366,7 +371,8 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
                                 per_tensor = tensor_v[i_ten] != 0
                                 reason = shaped_plan_memory(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb,
                                                             global_batch, rc, zero, shard_v[i_shard], overlap,
-                                                            per_tensor, out, ep_v[i_ep], first, last, plan_ends, etp,
+                                                            per_tensor, out, ep_v[i_ep], first, last, plan_ends,
+                                                            etp_v[i_ep],
                                                             shape)
                                 rule = rule_id[i] if ruled else 0
                                 if rule > 0 and (reason == R_OK or reason == R_MEMORY):
@@ -378,7 +384,7 @@ def scan_layouts(model, system, calib, gpus, global_batch, layouts, layout_key, 
                                     counts[R_OK] += 1
                                     plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, global_batch,
                                               rc, zero, shard_v[i_shard], overlap, per_tensor, out, ep_v[i_ep],
-                                              first, last, plan_ends, etp)
+                                              first, last, plan_ends, etp_v[i_ep])
                                     step = out[O_STEP]
                                     if np.isfinite(step):
                                         feasible += 1

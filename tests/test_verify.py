@@ -154,6 +154,20 @@ def test_measured_outputs_are_declared_outputs(monkeypatch):
         registry.load("distributed-mpc")
 
 
+def test_every_figure_of_every_study_is_drawn_by_its_module(monkeypatch):
+    """Every PNG a study writes is in its FIGURES (drawn from the saved datasets, so verify redraws and checks
+    it); a study that drew one in the notebook only is refused, naming the figure."""
+    for info in registry.load_all(STUDIES):
+        pngs = {name for name in info.outputs if name.endswith(".png")}
+        assert pngs and pngs == set(info.figures), info.name
+    module = registry.load("job-profile").module
+    figures = dict(module.FIGURES)
+    del figures["overheads.png"]
+    monkeypatch.setattr(module, "FIGURES", figures)
+    with pytest.raises(registry.ConfigError, match=r"figures \['overheads.png'\] of its OUTPUTS are not in FIGURES"):
+        registry.load("job-profile")
+
+
 def test_study_parameters_are_checked_with_one_line_naming_the_field():
     import yaml
 

@@ -330,10 +330,9 @@ def draw_published_scaling(folder):
     for ax in axes[-1, :]:
         ax.set_xlabel("GPUs", fontsize=8)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle("published scaling curves: measured vs predicted for the published plans "
                  "(in-sample where the dataset is fitted)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 

@@ -502,7 +502,6 @@ def draw_time_to_target(folder):
     ax2.set(xlabel="target (fraction of the way from floor to initial loss)", ylabel="HALoS speed-up (time to target)",
             title="speed-up against the choice of target")
     ax2.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 

@@ -392,7 +392,6 @@ def draw_staleness(folder):
     ax.set_xlabel("oldest gradient applied (steps)")
     ax.set_ylabel(f"held-out loss after {budget_steps} steps")
     ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no line under it
-    fig.tight_layout()
     return fig
 
 

@@ -14,9 +14,10 @@ declares
   (distributed-mpc's speed-ups are measured side by side in one run, as its paper's are): they differ from run
   to run, so the byte-identical rerun test leaves them out; every other output regenerates byte for byte;
 * ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.comparison`) from the saved datasets;
-* optionally ``FIGURES``: ``{file name: draw(folder) -> matplotlib Figure}`` for those of its figures a function
-  draws from the saved datasets alone (the notebook saves what it returns): ``trainscale verify`` redraws each
-  from the committed datasets, checks it (:mod:`trainscale.figurecheck`) and that the committed PNG is its bytes.
+* ``FIGURES`` (if it has figures): ``{file name: draw(folder) -> matplotlib Figure}`` for every PNG of its
+  ``OUTPUTS``, each drawn from the saved datasets alone (the notebook saves what it returns): ``trainscale verify``
+  redraws each from the committed datasets, checks it (:mod:`trainscale.figurecheck`) and that the committed PNG
+  is its bytes. A figure drawn only in the notebook is refused: it could show what no saved dataset holds.
 
 From these, ``workflow/rules/studies.smk`` generates one rule per study (outputs: ``OUTPUTS`` plus
 ``comparison.csv``), :func:`validate_config` checks each study's parameters against its schema, and
@@ -113,6 +114,10 @@ def load(study: str) -> StudyInfo:
     if any(name not in outputs or not name.endswith(".png") or not callable(draw) for name, draw in figures.items()):
         raise ConfigError(f"study {study!r}: FIGURES = {sorted(figures)!r} must map PNG files of its OUTPUTS to "
                           f"functions of the output folder")
+    undrawn = sorted(name for name in outputs if name.endswith(".png") and name not in figures)
+    if undrawn:
+        raise ConfigError(f"study {study!r}: figures {undrawn!r} of its OUTPUTS are not in FIGURES; declare a "
+                          f"function that draws each from the saved datasets (trainscale verify redraws it)")
     return StudyInfo(study, module, str(module.PAPER), outputs, resources, folders, measured, figures)
 
 

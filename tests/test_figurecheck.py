@@ -117,6 +117,7 @@ STUDIES_WITH_FIGURES = [s for s in verify.study_names(REPO_ROOT / "config" / "co
                         if registry.load(s).figures]
 
 
+@pytest.mark.slow  # 79 figures, ~70 s on one core: make verify checks the same (and the bytes); CI runs it
 @pytest.mark.parametrize("study", STUDIES_WITH_FIGURES)
 def test_the_figures_a_study_draws_from_its_committed_datasets_pass_the_check(study):
     """Drawn from the committed full datasets: no problem (the committed PNG's bytes are verify's concern)."""

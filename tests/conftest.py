@@ -18,6 +18,24 @@ BIN_DIR = Path(sys.executable).parent
 QUICK_CONFIG = ("--config", "mode=quick", "numba_threads=1")
 
 
+def grid_predictions(ds, model, system, global_batch: int, stack: str = "megatron"):
+    """``(index, prediction)`` of every finite entry of an evaluated grid ``ds``: the plan the entry stands for,
+    priced by ``predict`` with the closed-form pipeline (the grid's reference)."""
+    import dataclasses
+
+    import numpy as np
+
+    from trainscale import perfmodel
+    from trainscale.specs import RunSpec
+
+    for idx in zip(*np.nonzero(np.isfinite(ds["step_time_s"].values))):
+        entry = {name: ds[name].values[i] for name, i in zip(perfmodel.grid_axes(ds), idx)}
+        entry["dp"] = int(ds["dp"].values[idx])
+        plan = dataclasses.replace(perfmodel.plan_from_grid_entry(entry, global_batch), stack=stack)
+        yield idx, perfmodel.predict(RunSpec(id="g", model=model, system=system, plan=plan),
+                                     pipeline_simulation=False, allow_unrunnable=True, warn=False)
+
+
 def workflow_env():
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(BIN_DIR), env.get("PATH", "")])

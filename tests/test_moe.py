@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainscale import perfmodel, validation
+from conftest import grid_predictions
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import BYTES, ROUTER_SCORE_BYTES, layer_costs, moe_dispatch_time, moe_permute_time
 from trainscale.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
@@ -135,12 +136,7 @@ def test_grid_prices_the_moe_terms_as_predict_does():
     ds = perfmodel.evaluate_grid(_model(), "dgx-h100", 16, 64, stack="megatron", **space)
     assert "time_moe_permute_s" in ds and "time_ep_comm_s" in ds
     checked = 0
-    for idx in zip(*np.nonzero(np.isfinite(ds["step_time_s"].values))):
-        entry = {name: ds[name].values[i] for name, i in zip(perfmodel.grid_axes(ds), idx)}
-        entry["dp"] = int(ds["dp"].values[idx])
-        plan = dataclasses.replace(perfmodel.plan_from_grid_entry(entry, 64), stack="megatron")
-        p = perfmodel.predict(RunSpec(id="g", model=_model(), system=H100, plan=plan), pipeline_simulation=False,
-                              allow_unrunnable=True, warn=False)
+    for idx, p in grid_predictions(ds, _model(), H100, 64):
         assert p.step_time_s == pytest.approx(float(ds["step_time_s"].values[idx]), rel=1e-12)
         for name in K.MOE_BREAKDOWN:
             assert p.breakdown[name] == pytest.approx(float(ds[f"time_{name}_s"].values[idx]), rel=1e-12, abs=0)

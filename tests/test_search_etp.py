@@ -13,7 +13,8 @@ import pytest
 
 from trainscale import perfmodel, searchspace
 from trainscale.cli import main
-from trainscale.specs import ModelSpec, RunSpec, resolve_system
+from trainscale.specs import ModelSpec, resolve_system
+from conftest import grid_predictions
 
 H100 = resolve_system("dgx-h100")
 
@@ -36,16 +37,11 @@ def test_grid_prices_etp_as_predict_does():
     ds = perfmodel.evaluate_grid(_moe(), H100, 16, 64, stack="megatron", **_space())
     assert perfmodel.grid_axes(ds)[-2:] == ("ep", "etp")
     checked, etps = 0, set()
-    for idx in zip(*np.nonzero(np.isfinite(ds["step_time_s"].values))):
-        entry = {name: ds[name].values[i] for name, i in zip(perfmodel.grid_axes(ds), idx)}
-        entry["dp"] = int(ds["dp"].values[idx])
-        plan = dataclasses.replace(perfmodel.plan_from_grid_entry(entry, 64), stack="megatron")
-        p = perfmodel.predict(RunSpec(id="g", model=_moe(), system=H100, plan=plan), pipeline_simulation=False,
-                              allow_unrunnable=True, warn=False)
+    for idx, p in grid_predictions(ds, _moe(), H100, 64):
         assert p.step_time_s == pytest.approx(float(ds["step_time_s"].values[idx]), rel=1e-12)
         assert p.memory_gib_per_gpu == pytest.approx(float(ds["memory_gib_per_gpu"].values[idx]), rel=1e-12)
         checked += 1
-        etps.add((int(entry["etp"]), int(entry["tp"])))
+        etps.add((int(ds["etp"].values[idx[-1]]), int(ds["tp"].values[idx[0]])))
     assert checked > 30 and {(1, 2), (1, 4), (2, 4), (0, 4)} <= etps
 
 

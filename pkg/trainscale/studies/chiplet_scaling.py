@@ -192,6 +192,15 @@ def _log_n_axis(ax, n):
     ax.set_xlabel("chiplets N = n x n")
 
 
+def _scheme_lines(ax, ds, variable: str, n, colors) -> None:
+    """One line of ``variable`` against the chiplet count per package (colour) and scheme (line style)."""
+    for chip in ds["chiplet"].values.tolist():
+        for scheme in ds["scheme"].values.tolist():
+            ls, marker, name = _STYLES[scheme]
+            ax.plot(n, ds[variable].sel(chiplet=chip, scheme=scheme), linestyle=ls, marker=marker,
+                    color=colors[chip], label=f"{name}, {chip}")
+
+
 def draw_compute_comm_ratio(folder):
     """The compute/communication time ratio of each scheme (solid 2D, dashed 1D TP) on each package against the
     number of chiplets, under weak scaling; dotted: a ratio of 1."""
@@ -199,11 +208,7 @@ def draw_compute_comm_ratio(folder):
 
     ds, _, n, _, title, colors = _figure_setting(folder)
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
-    for chip in ds["chiplet"].values.tolist():
-        for scheme in ds["scheme"].values.tolist():
-            ls, marker, name = _STYLES[scheme]
-            ax.plot(n, ds["compute_comm_ratio"].sel(chiplet=chip, scheme=scheme), linestyle=ls, marker=marker,
-                    color=colors[chip], label=f"{name}, {chip}")
+    _scheme_lines(ax, ds, "compute_comm_ratio", n, colors)
     figurecheck.guide(ax.axhline(1.0, color="0.5", linewidth=0.8, linestyle=":"))  # compute = communication
     ax.set_yscale("log")
     _log_n_axis(ax, n)
@@ -247,11 +252,7 @@ def draw_throughput(folder):
 
     ds, _, n, _, title, colors = _figure_setting(folder)
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
-    for chip in ds["chiplet"].values.tolist():
-        for scheme in ds["scheme"].values.tolist():
-            ls, marker, name = _STYLES[scheme]
-            ax.plot(n, ds["flops_utilisation"].sel(chiplet=chip, scheme=scheme), linestyle=ls, marker=marker,
-                    color=colors[chip], label=f"{name}, {chip}")
+    _scheme_lines(ax, ds, "flops_utilisation", n, colors)
     _log_n_axis(ax, n)
     ax.set(ylabel="achieved / peak FLOP/s", ylim=(0, 1), title=title)
     ax.legend(fontsize=7)

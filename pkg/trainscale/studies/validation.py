@@ -173,6 +173,19 @@ def error_guides(ax):
     figurecheck.guide(ax.axvline(0, color="0.2", lw=0.8))
 
 
+def _parity_frame(ax, values: np.ndarray, bands: tuple) -> tuple[float, float]:
+    """A log parity panel's frame: the range ``(lo, hi)`` around ``values`` (1.3x each side), y = x, and a grey
+    band at each relative error of ``bands`` (widest first; opaque greys told apart by shade, drawn only inside
+    the range, so no band runs past the axes)."""
+    lo, hi = values.min() / 1.3, values.max() * 1.3
+    x = np.geomspace(lo, hi, 200)
+    for band, color in zip(bands, ("#eeeeee", "#d4d4d4")):
+        ax.fill_between(x, np.maximum(x * (1 - band), lo), np.minimum(x * (1 + band), hi), color=color, lw=0,
+                        label=f"±{band:.0%}")
+    ax.plot(x, x, color="0.2", lw=0.8, label="y = x")
+    return lo, hi
+
+
 def draw_parity(folder):
     """Predicted against measured, one panel per reported metric: each dataset its own colour and marker
     (:func:`dataset_styles`, the same in every panel), never-fitted datasets hollow; grey bands at +-10% and
@@ -187,13 +200,7 @@ def draw_parity(folder):
     for ax, metric in zip(axes[0], metrics):
         sel = _runs_where(ds, "metric", metric)
         values = np.concatenate([sel["measured"].values, sel["predicted"].values])
-        values = values[np.isfinite(values) & (values > 0)]
-        lo, hi = values.min() / 1.3, values.max() * 1.3
-        x = np.geomspace(lo, hi, 200)
-        for band, color in ((0.2, "#eeeeee"), (0.1, "#d4d4d4")):
-            ax.fill_between(x, np.maximum(x * (1 - band), lo), np.minimum(x * (1 + band), hi), color=color, lw=0,
-                            label=f"±{band:.0%}")
-        ax.plot(x, x, color="0.2", lw=0.8, label="y = x")
+        lo, hi = _parity_frame(ax, values[np.isfinite(values) & (values > 0)], (0.2, 0.1))
         for name in datasets:
             part = _runs_where(sel, "dataset", name)
             if part.sizes["run"] == 0:
@@ -306,13 +313,7 @@ def draw_memory_parity(folder):
     mem = tsio.read_dataset(Path(folder) / "memory.nc")
     fig, ax = plt.subplots(figsize=(4.6, 4.4))
     values = np.concatenate([mem["ours_GiB"].values.ravel(), mem["calculon_GiB"].values.ravel()])
-    lo, hi = values.min() / 1.3, values.max() * 1.3
-    x = np.geomspace(lo, hi, 200)
-    # the bands as parity.png draws them: opaque greys told apart by shade, drawn only inside the axes
-    for band, color in ((0.15, "#eeeeee"), (0.05, "#d4d4d4")):
-        ax.fill_between(x, np.maximum(x * (1 - band), lo), np.minimum(x * (1 + band), hi), color=color, lw=0,
-                        label=f"±{band:.0%}")
-    ax.plot(x, x, color="0.2", lw=0.8, label="y = x")
+    lo, hi = _parity_frame(ax, values, (0.15, 0.05))  # the bands as parity.png draws them
     for i, term in enumerate(mem["term"].values):
         part = mem.sel(term=term)
         ax.scatter(part["calculon_GiB"], part["ours_GiB"], s=22, color=f"C{i}", label=str(term), zorder=3)

@@ -110,3 +110,15 @@ def test_cli_fixes_etp(tmp_path, capsys):
     code = main(["search", "--model", str(model), "--system", "dgx-h100", "--gpus", "16", "--global-batch", "64",
                  "--fix", "etp=-1"])
     assert code != 0
+
+
+def test_the_table_says_etp_as_tp_in_words(tmp_path, capsys):
+    """The search table shows etp 0 as "tp" (the JSON keeps the plan field's 0)."""
+    model = tmp_path / "moe.yaml"
+    model.write_text(json.dumps(dataclasses.asdict(_moe())))
+    code = main(["search", "--model", str(model), "--system", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+                 "--fix", "tp=2", "pp=1", "etp=0", "--top", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("rank"))
+    columns, row = lines[header].split(), lines[header + 2].split()
+    assert code == 0 and row[columns.index("etp")] == "tp"

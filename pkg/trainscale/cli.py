@@ -470,6 +470,8 @@ def _best_table_rows(best: Sequence[Mapping]) -> list[dict]:
     for rank, entry in enumerate(best, 1):
         row = {"rank": rank}
         row.update(entry["plan"])
+        if row.get("etp") == 0:  # the experts' tensor parallelism as the attention's (plan field etp 0)
+            row["etp"] = "tp"
         row.update({"step_s": entry["step_time_s"], "tokens/s": entry["tokens_per_s"],
                     "MFU": entry["mfu"], "mem_GiB": entry["memory_gib_per_gpu"],
                     "differs": differs_text(entry["plan"], best[0]["plan"]) or "-",

@@ -218,7 +218,7 @@ def curtailment_study(sites: Sequence[str] = ("CA", "TX", "SA"), baseline_region
         full = C.generate_traces(regions, days + 1, seed)
         traces.append(full["intensity"].values)
         for h, hour in enumerate(starts):
-            tr = full.isel(time=slice(hour * 12, hour * 12 + days * C.SLOTS_PER_DAY))
+            tr = trace_window(full, hour, days)
             for g, region in enumerate(regions):
                 b = C.always_on(tr, region, step["step_s"], train_W, iterations)
                 base["wall_time_h"][g, h, e] = b["end_s"] / 3600
@@ -268,19 +268,13 @@ def averaging_study(runs: xr.Dataset, traces: xr.Dataset, kappas: Sequence[float
     samples = check_int("loss_samples", samples, 2, 10**7)
     lr = check_float("loss_lr", lr, 0.0, 10.0, open_min=True)
     p = json.loads(runs.attrs["parameters"])
-    n = len(p["sites"])
-    policy = C.Policy(PAPER_POLICY["threshold"], p["poll_s"], p["provision_s"], p["hysteresis_s"], PAPER_POLICY["round_s"])
     hours, seeds = [int(h) for h in runs["start_hour"].values], [int(e) for e in runs["seed"].values]
     shape = (len(kappas), len(batch_sizes), len(hours), len(seeds))
     out = {name: np.full(shape, np.nan) for name in ("loss", "single_loss", "loss_ratio")}
     problems = [convergence.make_problem("least_squares", samples, dim, seed=problem_seed, kappa=k) for k in kappas]
     for e, seed in enumerate(seeds):
-        full = traces.sel(seed=seed)
         for h, hour in enumerate(hours):
-            tr = full.isel(time=slice(hour * 12, hour * 12 + int(p["days"]) * C.SLOTS_PER_DAY))
-            tr = xr.Dataset({"intensity": tr["intensity"].sel(site=p["sites"])})
-            r = C.run_policy(tr, policy, [p["step_s"]] * n, [p["train_kW"] * 1e3] * n, [p["idle_kW"] * 1e3] * n,
-                             p["iterations"], p["sync_s"][: n + 1])
+            _, r = paper_policy_run(traces, p, seed, hour)
             for i, prob in enumerate(problems):
                 for j, b in enumerate(batch_sizes):
                     cost = C.averaging_cost(r, prob, lr, b, seed)
@@ -300,6 +294,32 @@ def averaging_study(runs: xr.Dataset, traces: xr.Dataset, kappas: Sequence[float
     ds.attrs.update(provenance({"kappas": kappas, "batch_sizes": batch_sizes, "dim": dim, "samples": samples,
                                 "lr": lr, "problem_seed": problem_seed, "policy": PAPER_POLICY}))
     return ds
+
+
+def trace_window(trace: xr.Dataset, hour: int, days: int) -> xr.Dataset:
+    """``days`` of ``trace`` from UTC ``hour`` of its first day (the sweep's start hours)."""
+    first = hour * C.SLOTS_PER_DAY // 24
+    return trace.isel(time=slice(first, first + days * C.SLOTS_PER_DAY))
+
+
+def paper_policy(p: dict) -> "C.Policy":
+    """The paper's policy (:data:`PAPER_POLICY`: threshold, all sites, round length) with the controller's
+    timings of a run's parameters ``p`` (``runs.nc``'s ``parameters``): the one policy both the loss study
+    and the timeline figure re-run."""
+    return C.Policy(PAPER_POLICY["threshold"], p["poll_s"], p["provision_s"], p["hysteresis_s"],
+                    PAPER_POLICY["round_s"])
+
+
+def paper_policy_run(traces: xr.Dataset, p: dict, seed: int, hour: int) -> tuple[xr.Dataset, dict]:
+    """(trace window, :func:`trainscale.curtailment.run_policy` result) of the paper's policy on every site
+    of ``p`` for trace ``seed`` from UTC ``hour``, over the run's ``days`` (the controller is
+    deterministic, so this is the run the sweep saved)."""
+    window = trace_window(traces.sel(seed=seed), hour, int(p["days"]))
+    window = xr.Dataset({"intensity": window["intensity"].sel(site=p["sites"])})
+    n = len(p["sites"])
+    r = C.run_policy(window, paper_policy(p), [p["step_s"]] * n, [p["train_kW"] * 1e3] * n,
+                     [p["idle_kW"] * 1e3] * n, p["iterations"], p["sync_s"][: n + 1])
+    return window, r
 
 
 def _grid(thresholds, counts, rounds):
@@ -570,19 +590,17 @@ def draw_timeline(folder):
     traces = tsio.read_dataset(folder / "traces.nc")
     p = json.loads(runs.attrs["parameters"])
     seed0, hour0 = int(runs["seed"].values[0]), int(runs["start_hour"].values[0])
-    tr = traces.sel(seed=seed0).isel(time=slice(hour0 * 12, hour0 * 12 + int(p["days"]) * 288))
+    tr, r = paper_policy_run(traces, p, seed0, hour0)
     n = len(p["sites"])
-    r = C.run_policy(tr.sel(site=p["sites"]), C.Policy(100.0, 10.0, 240.0, 600.0, 600.0), [p["step_s"]] * n,
-                     [p["train_kW"] * 1e3] * n, [p["idle_kW"] * 1e3] * n, p["iterations"], p["sync_s"][: n + 1])
     end_h = r["end_s"] / 3600 if np.isfinite(r["end_s"]) else 48.0
     horizon = min(48.0, max(24.0, end_h + 2))
     fig, axes = plt.subplots(n, 1, figsize=(8, 1.6 * n + 0.6), sharex=True, squeeze=False)
     hours = np.arange(tr.sizes["time"]) * C.SLOT_S / 3600
-    polls = np.arange(r["states"].shape[1]) * 10.0 / 3600
+    polls = np.arange(r["states"].shape[1]) * p["poll_s"] / 3600
     for ax, (s, site) in zip(axes[:, 0], enumerate(p["sites"])):
         keep = hours <= horizon
         ax.plot(hours[keep], tr["intensity"].sel(site=site).values[keep], color="0.3", lw=0.8, label="intensity")
-        ax.axhline(100, color="C3", lw=0.8, ls="--", label="threshold")
+        ax.axhline(PAPER_POLICY["threshold"], color="C3", lw=0.8, ls="--", label="threshold")
         on = (r["states"][s] == 2) & (polls <= min(horizon, end_h))
         ax.fill_between(polls, 0, 1, where=on, transform=ax.get_xaxis_transform(), color="C2", alpha=0.3,
                         label="training")

@@ -21,6 +21,7 @@ from typing import Iterator, Mapping
 import numpy as np
 import xarray as xr
 
+from . import jitaside
 from .kernels import layout as K
 from .kernels.grid import evaluate_layouts, invalid_plan_counts, layer_cost_table, layout_reasons, scan_layouts
 from .perfmodel import (BOOLEAN_AXES, EXPERT_AXES, GRID_AXES, GiB, _axis, canonical_plan, expert_axes, expert_pairs,
@@ -288,6 +289,24 @@ def scan_threads() -> int:
     return max(1, int(numba.get_num_threads()))
 
 
+def _compile_plan_pricing(model, system, calib: np.ndarray, sp: "_Space") -> None:
+    """Compile (or load) what :func:`trainscale.perfmodel.predict` prices a plan with: the closed form on the
+    space's first valid layout, and the pipeline simulator on a two-stage pipeline of two micro-batches."""
+    from . import pipeline
+    from .perfmodel import plan_vector
+    from .specs import PlanSpec
+
+    pipeline.simulate_many("1f1b", np.ones((1, 2)), np.ones((1, 2)), send=np.zeros((1, 1)), micro_batches=2)
+    if sp.layout_values.shape[0]:
+        tp, pp, cp, interleave, micro_batch = (int(x) for x in sp.layout_values[0])
+        try:
+            plan = PlanSpec(tp=tp, pp=pp, dp=int(sp.dps[0]), cp=cp, interleave=interleave, micro_batch=micro_batch,
+                            global_batch=sp.global_batch)
+            plan_vector(model, system, plan, calib)
+        except (SpecError, ValueError):  # a plan the closed form refuses: it compiles at the first real one
+            pass
+
+
 def scan_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping,
                split_ends: int = 0, stack_rules: str | None = None, fixed: Mapping | None = None,
                k: int = CANDIDATES, threads: int | None = None) -> SpaceScan:
@@ -299,12 +318,22 @@ def scan_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, s
     from concurrent.futures import ThreadPoolExecutor
 
     sp = _Space(model, system, calib, gpus, global_batch, space, split_ends)
+    n_chunks = max(1, int(threads or scan_threads()))
+    # from an empty cache, the one pass compiles in a second process while this one prices the layers
+    # (placeholders of the arguments' types: the table and the stack rules' ids come next)
+    compiling = jitaside.compile_aside(scan_layouts, (
+        sp.mvec, sp.svec, calib, sp.gpus, sp.global_batch, sp.layout_values, np.zeros(0, dtype=np.int64),
+        np.empty((0, K.L_SIZE)), *sp.knobs, sp.ends, np.zeros(0, dtype=np.int8), 0, len(K.REASONS), 0, n_chunks,
+        int(k), -np.inf, -1))
     layout_key, table = _layer_table(sp, calib)
     if stack_rules is not None:
         rule_id, rule_names = _stack_rule_ids(sp.values, sp.layout_values, sp.dps, stack_rules, system, fixed or {})
     else:
         rule_id, rule_names = np.zeros(0, dtype=np.int8), []
-    n_chunks = max(1, int(threads or scan_threads()))
+    invalid = sp.invalid_counts()
+    if compiling is not None:  # meanwhile, what prices the search's best plans again: one plan, its pipeline
+        _compile_plan_pricing(model, system, calib, sp)
+    jitaside.wait(compiling)
     args = (sp.mvec, sp.svec, calib, sp.gpus, sp.global_batch, sp.layout_values, layout_key, table, *sp.knobs,
             sp.ends, rule_id, len(rule_names), len(K.REASONS))
 
@@ -324,7 +353,7 @@ def scan_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, s
         return parts, (step[order], index[order], mem[order])
 
     parts, top = one_pass(-np.inf, -1, k)
-    counts = sp.invalid_counts() + sum(p[0] for p in parts)
+    counts = invalid + sum(p[0] for p in parts)
     by_rule_counts = sum(p[2] for p in parts)
     by_rule = {name: int(by_rule_counts[r]) for r, name in enumerate(rule_names, start=1)}
     return SpaceScan(sp.values, sp.layouts, sp.dps, counts, by_rule, sp.layout_values.shape[0] * sp.n_knob,

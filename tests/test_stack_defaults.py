@@ -31,6 +31,9 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 # re-recorded when PlanSpec gained moe_imbalance (default 1.0): with ", moe_imbalance=1.0" taken out of each
 # repr, every dataset's hash is the one recorded before (checked when re-recorded).
 PLAN_HASHES_BEFORE = {
+    "bridge-2602": "86fcdfbd431c6ea5 33",
+    "bridge-2604": "375daf1e04c187f0 32",
+    "bridge-2606": "0a9a337e31a9eeb3 11",
     "bridge-blackwell": "24e0f08c8392e42a 14",
     "bridge-hopper": "0e762361056fd02a 6",
     "bridge-mla": "58cd8e73e08e8523 3",

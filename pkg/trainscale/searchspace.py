@@ -301,7 +301,7 @@ def _compile_plan_pricing(model, system, calib: np.ndarray, sp: "_Space") -> Non
         tp, pp, cp, interleave, micro_batch = (int(x) for x in sp.layout_values[0])
         try:
             plan = PlanSpec(tp=tp, pp=pp, dp=int(sp.dps[0]), cp=cp, interleave=interleave, micro_batch=micro_batch,
-                            global_batch=sp.global_batch)
+                            global_batch=sp.global_batch, recompute="full", flash_attention=True)
             plan_vector(model, system, plan, calib)
         except (SpecError, ValueError):  # a plan the closed form refuses: it compiles at the first real one
             pass

@@ -53,7 +53,10 @@ STACKS_FILE = "published_runs_stacks.csv"
 # Ampere's GEMM efficiency (0.776 -> 0.757) and raised the left-out error of the eight other fitted
 # datasets by 5.7 points in sum (80.0 -> 85.7, trainscale calibrate --cv, 2026-12-04): a shortfall
 # of that cluster and those trials, which no generation or stack parameter should absorb.
-NOT_FITTED = ("fsdp-compiled", "deepspeed-trials", "bridge-mla", "bridge-hopper", "bridge-blackwell")
+# bridge-2602, bridge-2604, bridge-2606: every later release of the same archive (26.02 to 26.06.01, point releases
+# with their release), transcribed by data/bridge_archive.py: validated, never fitted (issue 36).
+ARCHIVE_DATASETS = ("bridge-2602", "bridge-2604", "bridge-2606")
+NOT_FITTED = ("fsdp-compiled", "deepspeed-trials", "bridge-mla", "bridge-hopper", "bridge-blackwell", *ARCHIVE_DATASETS)
 # bridge-mla: DeepSeek-V3's rows of the Megatron-Bridge 25.11 tables; the model has no multi-head latent
 # attention (priced as 128-head MHA, about 2.5x MLA's attention weights) nor multi-token prediction, so
 # they are validated, never fitted (issue 36).

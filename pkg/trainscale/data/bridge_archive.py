@@ -1,0 +1,207 @@
+"""Transcribe Megatron-Bridge's performance archive into ``published_runs_stacks.csv`` rows (issue 36).
+
+The ``bridge2509-*`` and ``bridge26*`` rows of ``published_runs_stacks.csv`` were made by this script, not typed:
+every pre-training row of ``docs/performance-summary-archive.md`` (NVIDIA-NeMo/Megatron-Bridge at
+:data:`COMMIT`) of a release other than 25.11 (whose rows were transcribed by hand, ``bridge2511-*``), on a
+system in ``systems.yaml`` and of a model in ``models.yaml``. Run from the repository root with the archive
+read from a checkout of that commit::
+
+    PYTHONPATH=pkg python pkg/trainscale/data/bridge_archive.py ARCHIVE.md [--write]
+
+It prints the rows (and every skipped row with why); ``--write`` replaces the rows it made before. Each row
+copies the model's shape columns from that model's 25.11 row (one model, one shape) and takes its plan and
+throughput from the table: dp = gpus / (tp pp cp); VP ``n/a`` = 1; FSDP > 0 = Megatron-FSDP, written zero 3
+(as the 25.11 rows); a mixture of experts with tp > 1 gets etp 1 (the tables have no ETP column; Bridge's
+workload base configs set ``expert_tensor_parallel_size=1``); a layer count that does not split evenly over
+pp x vp chunks runs the recipe's own layout (``custom_pipeline_layout``). Unstated (recompute, overlaps, the
+distributed optimizer, the MoE dispatcher, CUDA graphs): NeMo's defaults, as for the 25.11 rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from pathlib import Path
+
+COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+URL = f"https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{COMMIT}/docs/performance-summary-archive.md"
+HERE = Path(__file__).resolve().parent
+CSV_FILE = HERE / "published_runs_stacks.csv"
+HAND_RELEASE = "25.11"
+SYSTEMS = {"DGX-GB200": ("gb200-nvl72", "gb200"), "DGX-B200": ("dgx-b200", "b200"), "DGX-H100": ("dgx-h100", "h100")}
+MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
+          "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
+          "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+PRECISIONS = {"BF16": ("bf16", "", "bf16"), "FP8-CS": ("fp8", "current", "fp8-cs"), "FP8": ("fp8", "", "fp8"),
+              "FP8-MX": ("mxfp8", "mxfp8", "fp8-mx"), "MXFP8": ("mxfp8", "mxfp8", "fp8-mx"),
+              "NVFP4": ("nvfp4", "nvfp4", "nvfp4")}
+SHAPE = ("params_b", "layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_heads", "ffn_type", "position_embedding",
+         "rotary_kernel", "experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers",
+         "dense_ffn_hidden", "kv_channels")
+FOOTNOTE = re.compile(r"\[\^([^\]]+)\]")
+
+
+def dataset_of(release: str) -> str:
+    """One held-out dataset per release (its point releases with it): ``bridge-2604`` for 26.04 and 26.04.01."""
+    return "bridge-" + "".join(release.split(".")[:2])
+
+
+def tables(text: str):
+    """(release, section heading, header, row cells, line) of every pre-training table row."""
+    release, pretrain, heading, header = None, False, None, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if m := re.match(r"^## (\S+) NeMo Container", line):
+            release, pretrain = m.group(1), False
+        elif line.startswith("### "):
+            pretrain = line.strip() == "### Pre-Training Performance"
+        elif line.startswith("#### "):
+            heading, header = line[5:].strip(), None
+        elif line.startswith("|") and release and pretrain:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if header is None:
+                header = cells
+            elif not set("".join(cells)) <= set("-: "):
+                yield release, heading, header, cells, number
+
+
+def _int(value: str, default: int | None = None) -> int | None:
+    return default if value in ("", "n/a", "-") else int(value.replace(",", ""))
+
+
+def _templates(rows: list[dict]) -> dict:
+    """The 25.11 row of each model (its shape columns), with and without multi-token prediction."""
+    out = {}
+    for r in rows:
+        if r["id"].startswith("bridge2511-"):
+            out.setdefault((r["model"], "-mtp-" in r["id"]), r)
+    return out
+
+
+def transcribe(text: str, rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """New rows from the archive ``text`` (``rows``: the CSV's current rows) and the skipped rows, each with why."""
+    templates = _templates(rows)
+    made, skipped, seen = [], [], set()
+    for release, heading, header, cells, line in tables(text):
+        if release == HAND_RELEASE:
+            continue
+        row = dict(zip(header, cells))
+        if "Precision" not in row:  # 25.09: two configurations per cell, the second in brackets, token-dropping MoE
+            skipped.append(f"line {line}: {release} {cells[0]}: no Precision column (two configurations per cell)")
+            continue
+        kind, _, name = heading.partition(": ")
+        raw_system = name if kind == "System" else row.get("System", "")
+        raw_model = name if kind == "Model" else row.get("Model", "")
+        notes = FOOTNOTE.findall(raw_model + " " + " ".join(cells))
+        model_key = FOOTNOTE.sub("", raw_model).strip()
+        mtp = "w/ MTP" in model_key
+        model_key = re.sub(r"\s*\(w/o? MTP\)", "", model_key)
+        where = f"line {line}: {release} {model_key} on {raw_system}"
+        if raw_system not in SYSTEMS:
+            skipped.append(f"{where}: system not in systems.yaml")
+            continue
+        if model_key not in MODELS or (MODELS[model_key], mtp) not in templates:
+            skipped.append(f"{where}: model not in models.yaml (or no 25.11 row of its shape)")
+            continue
+        precision_key = FOOTNOTE.sub("", row["Precision"]).strip()
+        if precision_key not in PRECISIONS:
+            skipped.append(f"{where}: precision {precision_key!r} not expressible")
+            continue
+        made_row, why = _row(release, row, raw_system, model_key, mtp, precision_key, notes, templates)
+        if why:
+            skipped.append(f"{where}: {why}")
+            continue
+        base, n = made_row["id"], 2
+        while made_row["id"] in seen:
+            made_row["id"], n = f"{base}-{n}", n + 1
+        seen.add(made_row["id"])
+        made.append(made_row)
+    return made, skipped
+
+
+def _catalog_layers(model: str) -> int:
+    from trainscale.specs import resolve_model
+
+    return resolve_model(model).layers
+
+
+def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templates) -> tuple[dict, str]:
+    model = MODELS[model_key]
+    template = templates[(model, mtp)]
+    system, short = SYSTEMS[raw_system]
+    precision, recipe, tag = PRECISIONS[precision_key]
+    gpus, tp, pp = _int(row["#-GPUs"]), _int(row["TP"]), _int(row["PP"])
+    cp, vp, ep = _int(row.get("CP", ""), 1), _int(row.get("VP", ""), 1), _int(row.get("EP", ""), None)
+    if gpus % (tp * pp * cp):
+        return {}, f"{gpus} GPUs not divisible by tp x pp x cp"
+    dp = gpus // (tp * pp * cp)
+    moe = bool(template["experts"])
+    etp = 1 if moe and tp > 1 else None
+    if moe and ep and (tp * dp) % (ep * (etp or tp)):
+        return {}, f"ep {ep} x etp does not divide tp x dp = {tp * dp}"
+    fsdp = _int(row.get("FSDP", ""), 0)
+    layers = int(template["layers"] or _catalog_layers(model))
+    if pp * vp > layers:
+        return {}, (f"pp x vp = {pp * vp} chunks for {layers} layers: the recipe's layout has chunks of only the "
+                    "embedding or the loss, which the model cannot express")
+    custom = pp > 1 and vp > 1 and layers % (pp * vp) != 0
+    out = {k: "" for k in template}
+    out.update({k: template[k] for k in SHAPE})
+    rel = "".join(release.split("."))
+    out.update({
+        "id": f"bridge{rel}-{short}-{model}{'-mtp' if mtp else ''}-{gpus}g-{tag}",
+        "source": (f"Megatron-Bridge docs/performance-summary-archive.md, '{release} NeMo Container' Pre-Training "
+                   f"Performance, '{model_key}' table, row '{raw_system}' (transcribed by "
+                   "pkg/trainscale/data/bridge_archive.py)"),
+        "model": model, "seq_len": row["Sequence Length"], "system": system, "gpus": gpus, "tp": tp, "pp": pp,
+        "dp": dp, "interleave": vp, "micro_batch": _int(row["MBS"]), "global_batch": _int(row["GBS"]),
+        "zero": 3 if fsdp else "", "metric": "tokens_per_s_per_gpu",
+        "value": _int(row["Tokens / sec / GPU"]), "cp": cp, "ep": ep or "", "stack": "nemo", "url": URL,
+        "dataset": dataset_of(release), "etp": etp or "", "precision": precision, "fp8_recipe": recipe,
+        "custom_pipeline_layout": "true" if custom else "",
+    })
+    note = [f"precision {precision_key} as published" + ("" if recipe or precision == "bf16" else
+                                                          " (recipe not stated: the format's default)"),
+            f"table also gives Model TFLOP/s/GPU {row.get('Model TFLOP / sec / GPU', '')}", f"dp = gpus/(tp*pp*cp) = {dp}"]
+    if fsdp:
+        note.append(f"FSDP {fsdp}: Megatron-FSDP, written as zero 3")
+    if moe:
+        note.append("MoE: force-balanced token distribution, token-dropless (the archive's footnote)")
+        if etp:
+            note.append("etp 1 (no ETP column; Bridge's workload base configs set expert_tensor_parallel_size=1)")
+    if model == "deepseek-v3":
+        note.append("its multi-head latent attention priced as 128-head MHA (as bridge-mla's rows)")
+    if mtp:
+        note.append("with multi-token prediction (MTP), not modelled")
+    if custom:
+        note.append(f"{layers} layers do not split evenly over pp*vp = {pp * vp} chunks: custom_pipeline_layout")
+    for name in notes:
+        note.append(f"footnote [^{name}] of the archive" + (": a known performance regression (cudnn-frontend#256)"
+                                                            if name == "gpt-oss-note" else ""))
+    note.append("shape from this model's 25.11 row; recompute, SP/TP overlap, distributed optimizer, dispatcher and "
+                "CUDA graphs not stated: NeMo defaults")
+    out["note"] = "; ".join(note)
+    return out, ""
+
+
+def main(argv: list[str]) -> int:
+    text = Path(argv[0]).read_text()
+    with CSV_FILE.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    kept = [r for r in rows if not ("bridge_archive.py" in r["source"])]
+    made, skipped = transcribe(text, kept)
+    for r in made:
+        print(r["id"], r["value"])
+    for s in skipped:
+        print("skipped", s)
+    if "--write" in argv:
+        with CSV_FILE.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(kept + made)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

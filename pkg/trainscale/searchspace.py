@@ -135,6 +135,11 @@ def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, 
     return SpacePrices(sp.values, sp.layouts, sp.dps, step_s, mem_bytes, reason, counts, by_rule)
 
 
+def _knob_arrays(arrays: Mapping) -> list:
+    """The kernels' knob arrays: the grid's knob axes, then the expert layout as (ep, etp) pairs."""
+    return [arrays[n] for n in GRID_AXES[len(LAYOUT_AXES):]] + list(expert_pairs(arrays))
+
+
 class _Space:
     """A space's valid layouts and knob arrays, as the kernels take them."""
 
@@ -147,8 +152,7 @@ class _Space:
         self.ends = int(split_ends)
         reasons, dps = layout_reasons(self.mvec, self.gpus, self.global_batch, *(arrays[n] for n in LAYOUT_AXES),
                                       self.even_split, self.ends)
-        # the kernels' knob arrays: the grid's knob axes, then the expert layout as (ep, etp) pairs
-        self.knobs = [arrays[n] for n in GRID_AXES[len(LAYOUT_AXES):]] + list(expert_pairs(arrays))
+        self.knobs = _knob_arrays(arrays)
         self.valid = reasons == K.R_OK
         self.layouts = _layout_indices(values, self.valid)
         self.layout_values = _layout_values(arrays, self.layouts)
@@ -317,14 +321,16 @@ def scan_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, s
     releases the GIL); counts and candidates are merged, the same for any thread count."""
     from concurrent.futures import ThreadPoolExecutor
 
-    sp = _Space(model, system, calib, gpus, global_batch, space, split_ends)
     n_chunks = max(1, int(threads or scan_threads()))
-    # from an empty cache, the one pass compiles in a second process while this one prices the layers
-    # (placeholders of the arguments' types: the table and the stack rules' ids come next)
+    # from an empty cache, the one pass compiles in a second process while this one finds the valid layouts and
+    # prices their layers (placeholders of the arguments' types: the layouts, table and rule ids come next)
+    arrays = {name: _axis(vals, name) for name, vals in space_values(space).items()}
     compiling = jitaside.compile_aside(scan_layouts, (
-        sp.mvec, sp.svec, calib, sp.gpus, sp.global_batch, sp.layout_values, np.zeros(0, dtype=np.int64),
-        np.empty((0, K.L_SIZE)), *sp.knobs, sp.ends, np.zeros(0, dtype=np.int8), 0, len(K.REASONS), 0, n_chunks,
-        int(k), -np.inf, -1))
+        model_vector(model), system_vector(system), calib, int(gpus), int(global_batch),
+        np.zeros((0, len(LAYOUT_AXES)), dtype=np.int64), np.zeros(0, dtype=np.int64), np.empty((0, K.L_SIZE)),
+        *_knob_arrays(arrays), int(split_ends), np.zeros(0, dtype=np.int8), 0, len(K.REASONS), 0, n_chunks, int(k),
+        -np.inf, -1))
+    sp = _Space(model, system, calib, gpus, global_batch, space, split_ends)
     layout_key, table = _layer_table(sp, calib)
     if stack_rules is not None:
         rule_id, rule_names = _stack_rule_ids(sp.values, sp.layout_values, sp.dps, stack_rules, system, fixed or {})

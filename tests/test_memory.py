@@ -125,6 +125,19 @@ KNOWN_MISSES = {
     "bridge2511-b200-llama3-405b-128g-fp8-cs": "2% over: interleaved in-flight activations, bf16 saved inputs",
     "bridge2511-b200-llama3-405b-128g-fp8-mx": "2% over: interleaved in-flight activations, bf16 saved inputs",
 }
+# The archive's later releases (data/bridge_archive.py) run the same plans, with the same misses (the same GiB),
+# and DeepSeek-V3 in MXFP8, whose multi-head latent attention is priced as 128-head MHA (about 2.5x its attention
+# weights) with bf16 saved inputs: 206.1 of 185.0 GiB on GB200 at pp 4, 194.0 of 179.1 on B200 at pp 8.
+_SAME_AS_2511 = {"gb200-llama3-70b-64g-fp8": "bridge2511-gb200-llama3-70b-64g-fp8-cs",
+                 "gb200-llama3-405b-256g-fp8": "bridge2511-gb200-llama3-405b-256g-fp8-cs",
+                 "h100-llama3-70b-64g-fp8": "bridge2511-h100-llama3-70b-64g-fp8-cs"}
+KNOWN_MISSES.update({f"bridge{release}-{plan}": KNOWN_MISSES[same] for release in ("2602", "260201", "2604", "260401")
+                     for plan, same in _SAME_AS_2511.items()})
+KNOWN_MISSES.update({"bridge2606-gb200-llama3-405b-256g-fp8": KNOWN_MISSES["bridge2511-gb200-llama3-405b-256g-fp8-cs"],
+                     "bridge260201-gb200-llama3-405b-256g-nvfp4": "as its FP8 row, with NVFP4 weight copies: 216.1 GiB"})
+KNOWN_MISSES.update({f"bridge{release}-gb200-deepseek-v3-256g-fp8-mx": "MLA priced as MHA, bf16 saved inputs"
+                     for release in ("2602", "260201", "2604", "260401", "2606", "260601")})
+KNOWN_MISSES["bridge260401-b200-deepseek-v3-256g-fp8-mx"] = "MLA priced as MHA, bf16 saved inputs"
 
 
 def test_fms_fsdp_selective_rows_carry_the_share_their_table_implies():

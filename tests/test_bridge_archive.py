@@ -67,3 +67,13 @@ def test_the_transcribed_rows_are_held_out_datasets_of_the_archive():
     for r in rows:
         assert int(r["dp"]) * int(r["tp"]) * int(r["pp"]) * int(r["cp"]) == int(r["gpus"])
         assert r["url"] == bridge_archive.URL
+
+
+def test_a_row_made_twice_is_refused():
+    """Two table rows that would make one id (one release, system, model, size, precision) stop the transcription."""
+    import pytest
+
+    row = next(line for line in ARCHIVE.splitlines() if line.startswith("| DGX-H100 | 256 |"))
+    twice = ARCHIVE.replace(row, row + "\n" + row.replace("| 1,712 |", "| 1,700 |"), 1)
+    with pytest.raises(ValueError, match="made twice"):
+        bridge_archive.transcribe(twice, [r for r in current_rows() if r["id"].startswith("bridge2511")])

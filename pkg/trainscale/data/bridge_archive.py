@@ -1,6 +1,6 @@
 """Transcribe Megatron-Bridge's performance archive into ``published_runs_stacks.csv`` rows (issue 36).
 
-The ``bridge2509-*`` and ``bridge26*`` rows of ``published_runs_stacks.csv`` were made by this script, not typed:
+The ``bridge26*`` rows of ``published_runs_stacks.csv`` were made by this script, not typed:
 every pre-training row of ``docs/performance-summary-archive.md`` (NVIDIA-NeMo/Megatron-Bridge at
 :data:`COMMIT`) of a release other than 25.11 (whose rows were transcribed by hand, ``bridge2511-*``), on a
 system in ``systems.yaml`` and of a model in ``models.yaml``. Run from the repository root with the archive
@@ -8,9 +8,10 @@ read from a checkout of that commit::
 
     PYTHONPATH=pkg python pkg/trainscale/data/bridge_archive.py ARCHIVE.md [--write]
 
-It prints the rows (and every skipped row with why); ``--write`` replaces the rows it made before. Each row
-copies the model's shape columns from that model's 25.11 row (one model, one shape) and takes its plan and
-throughput from the table: dp = gpus / (tp pp cp); VP ``n/a`` = 1; FSDP > 0 = Megatron-FSDP, written zero 3
+It prints the rows (and every skipped row with why); ``--write`` replaces the rows it made before (the
+CSV written to a temporary name and moved into place whole). Each row copies the model's shape columns from
+that model's 25.11 row (one model, one shape) and takes its plan and throughput from the table:
+dp = gpus / (tp pp cp); VP ``n/a`` = 1; FSDP > 0 = Megatron-FSDP, written zero 3
 (as the 25.11 rows); a mixture of experts with tp > 1 gets etp 1 (the tables have no ETP column; Bridge's
 workload base configs set ``expert_tensor_parallel_size=1``); a layer count that does not split evenly over
 pp x vp chunks runs the recipe's own layout (``custom_pipeline_layout``). Unstated (recompute, overlaps, the
@@ -20,6 +21,7 @@ distributed optimizer, the MoE dispatcher, CUDA graphs): NeMo's defaults, as for
 from __future__ import annotations
 
 import csv
+import os
 import re
 import sys
 from pathlib import Path
@@ -111,9 +113,8 @@ def transcribe(text: str, rows: list[dict]) -> tuple[list[dict], list[str]]:
         if why:
             skipped.append(f"{where}: {why}")
             continue
-        base, n = made_row["id"], 2
-        while made_row["id"] in seen:
-            made_row["id"], n = f"{base}-{n}", n + 1
+        if made_row["id"] in seen:  # two table rows of one release, system, model, size and precision
+            raise ValueError(f"{where}: id {made_row['id']} made twice; the id needs the knob that tells them apart")
         seen.add(made_row["id"])
         made.append(made_row)
     return made, skipped
@@ -162,7 +163,8 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
     })
     note = [f"precision {precision_key} as published" + ("" if recipe or precision == "bf16" else
                                                           " (recipe not stated: the format's default)"),
-            f"table also gives Model TFLOP/s/GPU {row.get('Model TFLOP / sec / GPU', '')}", f"dp = gpus/(tp*pp*cp) = {dp}"]
+            f"table also gives Model TFLOP/s/GPU {row.get('Model TFLOP / sec / GPU', '')}",
+            f"dp = gpus/(tp*pp*cp) = {dp}"]
     if fsdp:
         note.append(f"FSDP {fsdp}: Megatron-FSDP, written as zero 3")
     if moe:
@@ -189,17 +191,19 @@ def main(argv: list[str]) -> int:
     with CSV_FILE.open(newline="") as f:
         reader = csv.DictReader(f)
         fields, rows = reader.fieldnames, list(reader)
-    kept = [r for r in rows if not ("bridge_archive.py" in r["source"])]
+    kept = [r for r in rows if "bridge_archive.py" not in r["source"]]
     made, skipped = transcribe(text, kept)
     for r in made:
         print(r["id"], r["value"])
     for s in skipped:
         print("skipped", s)
-    if "--write" in argv:
-        with CSV_FILE.open("w", newline="") as f:
+    if "--write" in argv:  # to a temporary name beside the file, moved into place once written whole
+        partial = CSV_FILE.with_name(CSV_FILE.name + ".partial")
+        with partial.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
             writer.writeheader()
             writer.writerows(kept + made)
+        os.replace(partial, CSV_FILE)
     return 0
 
 

@@ -53,7 +53,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3
 	@echo "compiling the Numba kernels into $$($(PY) -c 'import trainscale.kernels as k; print(k.cache_base())') (once; a first predict or search then answers in seconds)"
 	$(VENV)/bin/trainscale predict examples/runs.yaml >/dev/null
-	$(PY) -c "from trainscale import perfmodel; perfmodel.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
+	$(PY) -c "from trainscale.model import perfmodel; perfmodel.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
 	touch $@
 
 # The tests build the documentation site too, so they install its toolchain (requirements-docs.txt) first.
@@ -82,7 +82,7 @@ sweeps: $(STAMP)
 
 # A run killed mid-way (SIGKILL, a lost node) leaves .snakemake/locks behind and the next run stops with
 # "Directory cannot be locked"; --unlock removes the lock (it refuses nothing and runs no job). Stale
-# temporary files of interrupted writes are removed by the next write of the same output (trainscale.io).
+# temporary files of interrupted writes are removed by the next write of the same output (trainscale.common.io).
 unlock: $(STAMP)
 	$(VENV)/bin/snakemake --unlock --cores 1 --snakefile workflow/Snakefile
 

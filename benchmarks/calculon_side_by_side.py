@@ -194,7 +194,7 @@ def _native_search(python: str, calculon_dir: str) -> dict:
 
 
 def trainscale_space() -> dict:
-    from trainscale import perfmodel
+    from trainscale.model import perfmodel
 
     pp = [p for p in _divisors(LAYERS) if GPUS % p == 0]
     return {"tp": list(TP), "pp": pp, "cp": [1],
@@ -205,7 +205,7 @@ def trainscale_space() -> dict:
 
 
 def trainscale_search():
-    from trainscale import perfmodel
+    from trainscale.model import perfmodel
 
     return perfmodel.search(TS_MODEL, TS_SYSTEM, GPUS, GLOBAL_BATCH, top=1, space=trainscale_space())[1][0]
 
@@ -244,7 +244,7 @@ def main() -> int:
         print(f"skipped: no Calculon at CALCULON_DIR={calculon_dir} importable by CALCULON_PYTHON={python}")
         return 0
 
-    from trainscale import perfmodel
+    from trainscale.model import perfmodel
 
     print(f"setting: {TS_MODEL} on {GPUS} x {TS_SYSTEM} (Calculon {CALC_SYSTEM}, mem2 off), global batch "
           f"{GLOBAL_BATCH}")

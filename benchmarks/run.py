@@ -30,7 +30,7 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
 * swarm: 20,000 placements of a 20-server volunteer swarm serving BLOOM-176B, each given its least-latency
   chain (the swarm search's inner loop) and priced (``kernels.swarm.evaluate_many``), in chains per second,
   next to ``swarm.reference_evaluate`` (plain Python, 400 of them), which must agree to 1e-12.
-* mpc: the DLMPC ADMM of ``trainscale.mpc`` (256-subsystem chain, locality 2, 200 iterations), serial and
+* mpc: the DLMPC ADMM of ``trainscale.workloads.mpc`` (256-subsystem chain, locality 2, 200 iterations), serial and
   locality-aware parallel Numba kernels in iterations per second, next to the same update in vectorised NumPy
   (``mpc.admm_numpy``); the final variables must agree to 1e-9.
 * optimizer: synchronous data-parallel SGD (``kernels.optim.run_sync``, compressor ``none``) on a
@@ -69,10 +69,10 @@ from pathlib import Path
 
 import numpy as np
 
-from trainscale import perfmodel, pipeline, validation
+from trainscale.model import perfmodel, pipeline, validation
 from trainscale.kernels import layout as K
 from trainscale.kernels.grid import evaluate_grid as grid_kernel
-from trainscale.specs import resolve_model, resolve_system
+from trainscale.model.specs import resolve_model, resolve_system
 
 MODEL, SYSTEM, GPUS, GLOBAL_BATCH = "gpt3-175b", "dgx-a100-80gb", 4096, 1536
 SAMPLE = 2000
@@ -98,7 +98,7 @@ from trainscale import perfmodel
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs
 from trainscale.kernels.grid import grid_plan_costs
-from trainscale.specs import resolve_model, resolve_system
+from trainscale.model.specs import resolve_model, resolve_system
 
 job = json.load(open(sys.argv[1]))
 model, system = resolve_model(job["model"]), resolve_system(job["system"])
@@ -164,7 +164,7 @@ def search_lean_section(failures: list) -> None:
     :func:`dense_space` (<= 300 MB); and ``search_topk_equals_bruteforce``: the one pass's counts and first
     5,000 candidates (its kept 2,048 and two refills) equal to pricing every plan and ranking them all
     (``searchspace.price_space``), else a failure."""
-    from trainscale import searchspace
+    from trainscale.model import searchspace
 
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     space = lean_space(model, system)
@@ -233,7 +233,7 @@ def bench_sweep_spec() -> dict:
 
 def search_pricing_section(model, system, calib, dense, dense_kernel_s: float) -> None:
     """The search's sparse pricing over the dense benchmark space and over the whole default space."""
-    from trainscale import searchspace
+    from trainscale.model import searchspace
 
     for name, space in (("same_space", dense), ("default_space", perfmodel.default_space(model, system, GPUS,
                                                                                            GLOBAL_BATCH))):
@@ -271,7 +271,7 @@ def remove_sweep_outputs(repo: Path) -> list[Path]:
 
 
 def _sweep_section(failures: list, repo: Path) -> None:
-    from trainscale import sweep
+    from trainscale.model import sweep
 
     config = repo / "results" / "bench" / "sweep-config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -484,7 +484,7 @@ def optimizer_problem():
     OPT_SAMPLES, OPT_DIM, OPT_WORKERS, kappa=1, heterogeneity=0, sigma=OPT_SIGMA, lam=OPT_LAM)``:
     with ``kappa = 1`` its features ``N(0, I) Q^T`` are ``N(0, I)`` for any rotation ``Q``, so the
     O(d^3) rotation and closed-form optimum (minutes at d = 10,000) are skipped; ``optimum`` is None."""
-    from trainscale import convergence
+    from trainscale.training import convergence
 
     n, d, W = OPT_SAMPLES, OPT_DIM, OPT_WORKERS
     rng = np.random.default_rng(20240603)
@@ -521,8 +521,8 @@ def optimizer_section(failures: list) -> None:
     """Throughput of synchronous data-parallel SGD (``kernels.optim.run_sync``) next to NumPy."""
     import numba
 
-    from trainscale import convergence
-    from trainscale.compression import resolve_compressor
+    from trainscale.training import convergence
+    from trainscale.training.compression import resolve_compressor
     from trainscale.kernels import optim as KO
 
     problem = optimizer_problem()
@@ -597,7 +597,7 @@ def curtailment_section(failures: list) -> None:
     site-hours per second for the Numba kernel (compiled once, best of 3, 28 days) and, in a subprocess
     with ``NUMBA_DISABLE_JIT=1``, for the same code as plain Python (2 days). On the 2-day trace both must
     agree exactly (every per-site total and every site state at every poll)."""
-    from trainscale import curtailment as C
+    from trainscale.workloads import curtailment as C
 
     site = C.site_step()
     sites = 4
@@ -652,7 +652,7 @@ def kernelmachines_section(failures: list) -> None:
     iterations, in example-feature updates per second (examples x features x iterations / s), next to the same
     iterations in NumPy (``kernelmachines.admm_numpy``, block solves by ``numpy.linalg.solve``, BLAS). Both
     include their one-time block set-up (Cholesky factors / Gram matrices). Compiled once, then best of 3 each; the weights must agree to 1e-12 (max abs difference over max abs value)."""
-    from trainscale import kernelmachines as km
+    from trainscale.workloads import kernelmachines as km
 
     p = km.make_problem(KM_EXAMPLES, 10, 10, 3, 8, 1.0, 1.5, seed=0)
     omega, phase = km.random_features(10, KM_FEATURES, 2.5, seed=0)
@@ -687,7 +687,7 @@ def swarm_section(failures: list) -> None:
     to its least-latency chain (``swarm.pareto_search``'s default) and priced (``kernels.swarm.evaluate_many``),
     in chains per second (compiled once, best of 3), next to ``swarm.reference_evaluate`` (the same model in
     plain Python) on a sample, which must agree to 1e-12."""
-    from trainscale import swarm as W
+    from trainscale.workloads import swarm as W
     from trainscale.kernels import swarm as KS
     from trainscale.studies import heterogeneous_swarm as H
 
@@ -726,7 +726,7 @@ def recsys_section(failures: list) -> None:
     step in NumPy (``metarec.outer_step_numpy``, one task at a time, BLAS GEMMs) and the hybrid schedule on 4
     workers (``metarec.hybrid_step``: row shards, all-to-all lookups). Compiled once, then best of 3 each; the
     parameters after the step must agree to 1e-12 (max abs difference over max abs value)."""
-    from trainscale import metarec as M
+    from trainscale.workloads import metarec as M
 
     prob = M.make_problem(RS_FIELDS, RS_ROWS, RS_DIM, 256, 50, 1.5, 3.0, seed=0)
     rng = np.random.default_rng(0)
@@ -776,11 +776,11 @@ MPC_N, MPC_D, MPC_ITERATIONS = 256, 2, 200  # chain size, locality, ADMM iterati
 
 
 def mpc_section(failures: list) -> None:
-    """DLMPC ADMM (``trainscale.mpc``): the paper's chain of 256 subsystems at locality 2, 200 iterations from a
+    """DLMPC ADMM (``trainscale.workloads.mpc``): the paper's chain of 256 subsystems at locality 2, 200 iterations from a
     cold start, in ADMM iterations per second for the serial kernel and the locality-aware parallel one
     (Numba threads as configured), next to the same update in vectorised NumPy (``mpc.admm_numpy``); compiled
     once, best of 3. The kernels' final variables must equal NumPy's to 1e-9 (relative to the largest entry)."""
-    from trainscale import mpc
+    from trainscale.workloads import mpc
 
     problem = mpc.build_problem(MPC_N, MPC_D)
     x0 = mpc.initial_state(MPC_N, 0, 1.0)
@@ -820,11 +820,11 @@ GEAR_DIMS, GEAR_STEPS, GEAR_BATCH = [16, 32, 32, 16, 1], 2000, 16  # the study's
 
 
 def gear_section(failures: list) -> None:
-    """Gear training (``trainscale.gear``): the study's 4-part network (2,145 parameters) on its generated
+    """Gear training (``trainscale.workloads.gear``): the study's 4-part network (2,145 parameters) on its generated
     regression, 2,000 steps of gear training (periods 2-4-2-1) in the Numba kernel, in steps per second, next to
     the same update rule in NumPy (``gear.train_numpy``); compiled once, best of 3. The final parameters must
     agree to 1e-12 (max abs difference over max abs value)."""
-    from trainscale import gear as G
+    from trainscale.workloads import gear as G
 
     problem = G.make_problem(GEAR_DIMS, 4096, 512, 0.1, 0)
     theta0 = G.init_params(GEAR_DIMS, 1)

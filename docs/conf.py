@@ -1,6 +1,6 @@
 """Sphinx configuration of the trainscale site (`make docs`).
 
-The pages in this folder are written by hand; `trainscale.docs.build` copies them into a build folder and adds
+The pages in this folder are written by hand; `trainscale.interface.docs.build` copies them into a build folder and adds
 the generated ones there (studies/, studies.md, _generated/): never edit a number that a dataset holds here, use a
 substitution (`{{ mape_published }}`, from figures/validation/validation.nc) or a generated include.
 """

@@ -25,8 +25,8 @@ def grid_predictions(ds, model, system, global_batch: int, stack: str = "megatro
 
     import numpy as np
 
-    from trainscale import perfmodel
-    from trainscale.specs import RunSpec
+    from trainscale.model import perfmodel
+    from trainscale.model.specs import RunSpec
 
     for idx in zip(*np.nonzero(np.isfinite(ds["step_time_s"].values))):
         entry = {name: ds[name].values[i] for name, i in zip(perfmodel.grid_axes(ds), idx)}

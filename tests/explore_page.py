@@ -119,7 +119,7 @@ window.addEventListener('load', () => setTimeout(() => {
 
 
 def explorer_page(ex) -> str:
-    """The page of an :class:`trainscale.explore.Explorer` (its last search shown), with the measurement script."""
+    """The page of an :class:`trainscale.interface.explore.Explorer` (its last search shown), with the measurement script."""
     outputs = {id(ex.time_out): plotly_div(ex.time_figure, "time"),
                id(ex.memory_out): plotly_div(ex.memory_figure, "memory")}
     return page(render(ex.widget, outputs) + MEASURE, "explorer")

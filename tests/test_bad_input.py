@@ -1,6 +1,6 @@
 """Every bad input issue 12 lists ends in one line and exit 2 (or a result with a one-line warning),
 never a traceback, a hang or a silent null (issue 12, parts 6 and 7). One regression test per case,
-run through the CLI as a user would (in-process), plus the shared layer (trainscale.inputs)."""
+run through the CLI as a user would (in-process), plus the shared layer (trainscale.common.inputs)."""
 
 import contextlib
 import io
@@ -12,9 +12,10 @@ import nbformat
 import pytest
 import yaml
 
-from trainscale import inputs, perfmodel
-from trainscale.cli import main
-from trainscale.specs import SpecError
+from trainscale.common import inputs
+from trainscale.model import perfmodel
+from trainscale.interface.cli import main
+from trainscale.model.specs import SpecError
 
 CASE_SECONDS = 20
 
@@ -325,7 +326,7 @@ def test_check_finite_names_the_field():
 
 
 def test_keyboard_interrupt_is_one_line(monkeypatch, capsys):
-    from trainscale import cli as cli_module
+    from trainscale.interface import cli as cli_module
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -364,7 +365,7 @@ def test_papermill_parameter_of_the_wrong_type_fails_naming_it(tmp_path):
     params = nbformat.v4.new_code_cell("include_vtrain_single = False\ngpus = 64")
     params.metadata["tags"] = ["parameters"]
     check = nbformat.v4.new_code_cell(
-        "from trainscale.inputs import check_parameters\n"
+        "from trainscale.common.inputs import check_parameters\n"
         "check_parameters(globals(), {'include_vtrain_single': False, 'gpus': 64})")
     nb.cells = [params, check, nbformat.v4.new_code_cell("print(include_vtrain_single, gpus)")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -385,7 +386,7 @@ def test_papermill_parameter_of_the_wrong_type_fails_naming_it(tmp_path):
 
 # --------------------------------------------------------------------------- progress bars
 def test_progress_bars_only_on_a_terminal(monkeypatch):
-    from trainscale import progress
+    from trainscale.common import progress
 
     items = [1, 2, 3]
     monkeypatch.delenv("TRAINSCALE_PROGRESS", raising=False)
@@ -400,7 +401,7 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
 
 def test_plan_shows_a_bar_on_a_terminal_and_none_otherwise(monkeypatch, capsys):
     """The exact planner's loop over replica counts (the long part of ``trainscale plan``) carries a bar."""
-    from trainscale import hetero
+    from trainscale.model import hetero
 
     cluster = hetero.Cluster.from_dict({"groups": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 4}]})
     problem = hetero.problem("llama2-7b", cluster, 32, max_stages=4)

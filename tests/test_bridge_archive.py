@@ -3,8 +3,8 @@
 import csv
 import importlib.util
 
-from trainscale import validation
-from trainscale.catalog import data_path
+from trainscale.model import validation
+from trainscale.model.catalog import data_path
 
 SPEC = importlib.util.spec_from_file_location("bridge_archive", data_path("bridge_archive.py"))
 bridge_archive = importlib.util.module_from_spec(SPEC)

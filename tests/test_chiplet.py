@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainscale import chiplet as C
+from trainscale.workloads import chiplet as C
 from trainscale.kernels import chiplet as K
 from trainscale.kernels.collectives import ring_phase_time
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 
 def bfs_distances(n, source):

@@ -11,9 +11,10 @@ import yaml
 
 import numpy as np
 
-from trainscale import __version__, catalog, perfmodel, validation
-from trainscale.cli import SYSTEM_FIELDS, _clean, main
-from trainscale.specs import SystemSpec
+from trainscale import __version__
+from trainscale.model import catalog, perfmodel, validation
+from trainscale.interface.cli import SYSTEM_FIELDS, _clean, main
+from trainscale.model.specs import SystemSpec
 
 ISSUE_RUN = {
     "model": {"layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "ffn_hidden": 49152,
@@ -279,7 +280,7 @@ def test_calibrate_without_write(capsys):
 def test_calibrate_table_prints_both_cross_validations(capsys, monkeypatch):
     """`calibrate --cv` prints each dataset's error left out as a dataset and by size class (the fit and
     the refits are replaced by the stored results: this checks the table, not the fit)."""
-    from trainscale import calibration
+    from trainscale.model import calibration
 
     stored = yaml.safe_load(catalog.data_path("calibration_fitted.yaml").read_text())
     monkeypatch.setattr(calibration, "fit", lambda vtrain=None: {
@@ -327,7 +328,7 @@ def test_search_with_the_published_plan_fixed_reproduces_megatron_table_1(capsys
     published, so they are searched, with the 2021 code's synchronous backward. The best such plan is
     optimistic by construction; within 15% on average and 20% at worst (4.2% and 6.9% at present;
     validation.searched_dataset, which also keeps the smaller runs' DDP overlap, gives 4.9% and 7.0%)."""
-    from trainscale import validation
+    from trainscale.model import validation
 
     errors = []
     for m in [m for m in validation.published_runs() if m.run.id.startswith("meg21-t1")]:
@@ -343,7 +344,7 @@ def test_search_with_the_published_plan_fixed_reproduces_megatron_table_1(capsys
 def test_search_takes_the_backward_overlap_of_the_code_that_ran(capsys):
     """Table 1's Megatron-LM (2021) all-reduced the backward's TP gradients synchronously
     (``--tp-async-backward off``); today's default overlaps them, which prices the same plan faster."""
-    from trainscale import validation
+    from trainscale.model import validation
 
     (m,) = [m for m in validation.published_runs() if m.run.id == "meg21-t1-18.4b"]
     off = _search_fixed(capsys, m.run, ["micro_batch"])

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainscale import compression as CP
+from trainscale.training import compression as CP
 from trainscale.kernels import compress as K
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EMPTY = np.zeros(0)

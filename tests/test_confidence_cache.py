@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from trainscale import confidence
-from trainscale.specs import PlanSpec, resolve_model, resolve_system
+from trainscale.model import confidence
+from trainscale.model.specs import PlanSpec, resolve_model, resolve_system
 
 
 def _same(a, b) -> bool:
@@ -86,14 +86,14 @@ def test_key_changes_with_the_calibration(cache_dir, tmp_path_factory, monkeypat
     import shutil
     from pathlib import Path
 
-    package = Path(confidence.__file__).resolve().parent
+    package = Path(confidence.__file__).resolve().parents[1]
     copy = tmp_path_factory.mktemp("pkg") / "trainscale"
     shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
     key = confidence.table_key()
 
     def key_of(folder):
         confidence.table_key.cache_clear()
-        monkeypatch.setattr(confidence, "__file__", str(folder / "confidence.py"))
+        monkeypatch.setattr(confidence, "__file__", str(folder / "model" / "confidence.py"))
         try:
             return confidence.table_key()
         finally:

@@ -8,9 +8,9 @@ import math
 import numba
 import numpy as np
 import pytest
-from trainscale import compression as CP
-from trainscale import convergence as C
-from trainscale.specs import SpecError
+from trainscale.training import compression as CP
+from trainscale.training import convergence as C
+from trainscale.model.specs import SpecError
 
 # ---------------------------------------------------------------------------------------------
 # problems: full-batch gradient descent reaches the optimum

@@ -1,11 +1,11 @@
-"""The curtailment simulator (trainscale.curtailment): the controller's events on hand-worked traces, the energy
+"""The curtailment simulator (trainscale.workloads.curtailment): the controller's events on hand-worked traces, the energy
 and emissions integrals, the trace generator's statistics, and one-line errors for bad trace files."""
 
 import numpy as np
 import pytest
 import xarray as xr
-from trainscale import curtailment as C
-from trainscale.specs import SpecError
+from trainscale.workloads import curtailment as C
+from trainscale.model.specs import SpecError
 
 SLOT = C.SLOT_S
 LOW, HIGH = 50.0, 400.0
@@ -241,12 +241,12 @@ def _lsq_sgd_numpy(X, y, x, rows, lr):
 
 
 def _problem():
-    from trainscale import convergence
+    from trainscale.training import convergence
     return convergence.make_problem("least_squares", 256, 6, seed=3, kappa=10.0)
 
 
 def test_one_site_schedule_is_sequential_sgd():
-    from trainscale import convergence
+    from trainscale.training import convergence
     prob = _problem()
     got = convergence.run_schedule(prob, [[7], [5]], [[True], [False]], [[False], [False]], lr=0.1, batch_size=4,
                                    seed=2)
@@ -257,7 +257,7 @@ def test_one_site_schedule_is_sequential_sgd():
 
 
 def test_sites_average_weighted_by_their_steps():
-    from trainscale import convergence
+    from trainscale.training import convergence
     prob = _problem()
     steps = [[1, 3], [2, 0]]
     got = convergence.run_schedule(prob, steps, [[True, True], [False, False]], [[True, True], [False, False]],

@@ -13,8 +13,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from trainscale import catalog, docs, verify
-from trainscale import io as tsio
+from trainscale.model import catalog
+from trainscale.interface import docs, verify
+from trainscale.common import io as tsio
 from trainscale.studies import registry
 from trainscale.studies import validation as validation_study
 from conftest import BIN_DIR, REPO_ROOT

@@ -1,4 +1,4 @@
-"""notebooks/explore.ipynb and trainscale.explore (issue 12 part 3): the notebook runs headless, the widgets'
+"""notebooks/explore.ipynb and trainscale.interface.explore (issue 12 part 3): the notebook runs headless, the widgets'
 callbacks show the model's numbers for the values they were set to, and every study's interactive main figure
 holds its committed dataset's values."""
 
@@ -14,9 +14,10 @@ from conftest import REPO_ROOT
 pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
-from trainscale import explore, perfmodel  # noqa: E402
-from trainscale import io as tsio  # noqa: E402
-from trainscale.specs import RunSpec  # noqa: E402
+from trainscale.interface import explore
+from trainscale.model import perfmodel  # noqa: E402
+from trainscale.common import io as tsio  # noqa: E402
+from trainscale.model.specs import RunSpec  # noqa: E402
 from trainscale.studies import registry  # noqa: E402
 
 FIGURES = REPO_ROOT / "figures"
@@ -235,7 +236,7 @@ def test_notebook_is_committed_stripped_with_a_parameters_cell():
     ast.parse("".join(params[0]["source"]))
     source = "\n".join("".join(c["source"]) for c in code)
     assert "chdir" not in source and "trainscale.kernels" not in source
-    tree = ast.parse((REPO_ROOT / "pkg" / "trainscale" / "explore.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO_ROOT / "pkg" / "trainscale" / "interface" / "explore.py").read_text(encoding="utf-8"))
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if "kernels" in m.split(".")], imported  # the model's API only

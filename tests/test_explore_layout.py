@@ -13,8 +13,8 @@ from conftest import REPO_ROOT
 pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
-from trainscale import explore  # noqa: E402
-from trainscale.searchspace import FOLD_KNOBS, plan_differences, same_cost  # noqa: E402
+from trainscale.interface import explore  # noqa: E402
+from trainscale.model.searchspace import FOLD_KNOBS, plan_differences, same_cost  # noqa: E402
 
 FIGURES = REPO_ROOT / "figures"
 CONTENT_PX = 1000  # the narrow output area the issue measured

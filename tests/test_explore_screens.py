@@ -14,7 +14,7 @@ import plotly
 import pytest
 
 from explore_page import explorer_page
-from trainscale import docs, explore
+from trainscale.interface import docs, explore
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from trainscale import figurecheck, plotting, verify  # noqa: E402
+from trainscale.common import figurecheck, plotting
+from trainscale.interface import verify  # noqa: E402
 from trainscale.studies import registry  # noqa: E402
 from conftest import REPO_ROOT  # noqa: E402
 

@@ -21,8 +21,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainscale.cli import main
-from trainscale.specs import SystemSpec
+from trainscale.interface.cli import main
+from trainscale.model.specs import SystemSpec
 
 H100 = SystemSpec.from_catalog("dgx-h100")
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainscale import hetero
-from trainscale.cli import main
-from trainscale.specs import ModelSpec, SpecError
+from trainscale.model import hetero
+from trainscale.interface.cli import main
+from trainscale.model.specs import ModelSpec, SpecError
 
 SYSTEMS = ["dgx-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100"]
 

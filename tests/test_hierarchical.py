@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainscale import convergence as C
+from trainscale.training import convergence as C
 from trainscale.kernels import optim as K
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 # ---------------------------------------------------------------------------------------------
 # the event schedule

@@ -1,4 +1,4 @@
-"""Tensor-parallel inference kernels and API (trainscale.inference): closed forms, hand-computed
+"""Tensor-parallel inference kernels and API (trainscale.model.inference): closed forms, hand-computed
 FLOPs and bytes, the two-stream schedule's bounds, ISO invariants."""
 
 import math
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import inference
+from trainscale.model import inference
 from trainscale.kernels import inference as K
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 MODEL = "llama2-13b"  # h 5120, 40 heads (MHA), SwiGLU f 13824, 40 layers
 
@@ -32,7 +32,7 @@ def test_bytes_by_hand():
     # one all-reduce carries the chunk's activations: 2 bytes x tokens x hidden
     assert K.allreduce_bytes(1, 1000, 5120) == 2 * 1000 * 5120
     # weights: 2 bytes per parameter over tp GPUs; KV cache: K and V, 2 bytes, kv width, every layer
-    from trainscale.specs import resolve_model
+    from trainscale.model.specs import resolve_model
     m = resolve_model(MODEL)
     assert inference.weight_bytes_per_gpu(MODEL, 4) == 2 * m.params() / 4
     assert inference.kv_cache_bytes_per_gpu(MODEL, 4, 1000, batch=2) == 2 * 2 * 2 * 1000 * 5120 / 4 * 40

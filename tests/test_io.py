@@ -1,4 +1,4 @@
-"""trainscale.io: reproducible (byte-identical), atomic writes of datasets and figures."""
+"""trainscale.common.io: reproducible (byte-identical), atomic writes of datasets and figures."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from trainscale import io as tsio  # noqa: E402
+from trainscale.common import io as tsio  # noqa: E402
 
 
 def example_dataset(scale=1.0):

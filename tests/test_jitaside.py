@@ -1,4 +1,4 @@
-"""Compiling a kernel in a second process (trainscale.jitaside, issue 38's search from an empty cache)."""
+"""Compiling a kernel in a second process (trainscale.common.jitaside, issue 38's search from an empty cache)."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from trainscale import jitaside
+from trainscale.common import jitaside
 from trainscale.kernels.collectives import group_split
 
 CHILD = textwrap.dedent("""

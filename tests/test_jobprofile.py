@@ -1,4 +1,4 @@
-"""Job profile (trainscale.jobprofile and its kernels): each formula against a hand computation,
+"""Job profile (trainscale.workloads.jobprofile and its kernels): each formula against a hand computation,
 monotonicity of the overheads in their inputs, LoRA/QLoRA parameter counts and memory order."""
 
 import math
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainscale import jobprofile as J
+from trainscale.workloads import jobprofile as J
 from trainscale.kernels import jobprofile as JK
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 
 # --------------------------------------------------------------------------- formulas by hand

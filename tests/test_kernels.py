@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import perfmodel
+from trainscale.model import perfmodel
 from trainscale.kernels import collectives as C
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
 from trainscale.kernels import plan as P
 from trainscale.kernels.grid import evaluate_grid as grid_kernel
 from trainscale.kernels.plan import layer_costs, plan_costs, stage_layers
-from trainscale.specs import ModelSpec, PlanSpec, RunSpec, resolve_model, resolve_system
+from trainscale.model.specs import ModelSpec, PlanSpec, RunSpec, resolve_model, resolve_system
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAST = settings(max_examples=50, deadline=None)
@@ -393,7 +393,7 @@ def test_grid_matches_pure_python_reference(tmp_path):
         import json, numpy as np
         from trainscale import perfmodel
         from trainscale.kernels.grid import evaluate_grid
-        from trainscale.specs import resolve_model, resolve_system
+        from trainscale.model.specs import resolve_model, resolve_system
         case = json.loads({json.dumps(json.dumps(case))})
         axes = json.loads({json.dumps(json.dumps(REFERENCE_AXES))})
         m, s = resolve_model(case["model"]), resolve_system(case["system"])
@@ -426,7 +426,7 @@ def test_no_cached_kernel_calls_a_parallel_kernel():
     """Numba's cache of a function that calls a ``parallel=True`` kernel loaded from the cache in
     another process crashes the next process that loads it (kernels/__init__.py); such callers
     are plain Python or ``cache=False``."""
-    folder = Path(perfmodel.__file__).parent / "kernels"
+    folder = Path(perfmodel.__file__).parents[1] / "kernels"
     trees = {p: ast.parse(p.read_text()) for p in sorted(folder.glob("*.py"))}
     functions = {fn.name: fn for tree in trees.values() for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)}
     parallel = {name for name, fn in functions.items() if any("parallel=True" in d for d in _decorators(fn))}
@@ -488,7 +488,7 @@ def test_a_new_shell_predicts_from_the_cache_make_setup_filled():
     root = Path(kernels.__file__).resolve().parents[3]
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["NUMBA_DEBUG_CACHE"] = "1"
-    cli = [sys.executable, "-m", "trainscale.cli", "predict", str(root / "examples" / "runs.yaml")]
+    cli = [sys.executable, "-m", "trainscale.interface.cli", "predict", str(root / "examples" / "runs.yaml")]
     for _ in range(2):
         proc = subprocess.run(cli, env=env, cwd=root, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -16,10 +16,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from trainscale import perfmodel, validation
+from trainscale.model import perfmodel, validation
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs, state_bytes_per_param
-from trainscale.specs import RunSpec
+from trainscale.model.specs import RunSpec
 
 GiB = 2.0**30
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trainscale import perfmodel
-from trainscale.specs import RECOMPUTE_MODES, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model
+from trainscale.model import perfmodel
+from trainscale.model.specs import RECOMPUTE_MODES, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model
 
 FAST = settings(max_examples=50, deadline=None)
 MODELS = ["gpt-1.7b", "llama2-7b", "llama3-8b", "gpt3-175b"]

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import perfmodel, validation
+from trainscale.model import perfmodel, validation
 from conftest import grid_predictions
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import BYTES, ROUTER_SCORE_BYTES, layer_costs, moe_dispatch_time, moe_permute_time
-from trainscale.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
+from trainscale.model.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
 
 # a small MoE of Qwen3-30B-A3B's proportions: 4 layers, h = 1024, 16 heads, SwiGLU experts 512 wide, 32 experts, top-4
 SHAPE = dict(layers=4, hidden=1024, heads=16, kv_heads=4, ffn_hidden=512, ffn_type="swiglu", vocab=1000,
@@ -168,7 +168,8 @@ def test_imbalance_sweep_only_slows(imbalance, ep):
     balanced = perfmodel.predict(run)
     skewed = perfmodel.predict(dataclasses.replace(run, plan=dataclasses.replace(run.plan, moe_imbalance=imbalance)))
     assert skewed.step_time_s >= balanced.step_time_s * (1 - 1e-12)
-    assert skewed.breakdown["ep_comm"] >= balanced.breakdown["ep_comm"]
+    # within rounding: the busiest rank's share can reach the same bound by two orders of operations (1 ulp apart)
+    assert skewed.breakdown["ep_comm"] >= balanced.breakdown["ep_comm"] * (1 - 1e-12)
     assert skewed.memory_gib_per_gpu >= balanced.memory_gib_per_gpu
     lc1, _ = _costs(_model(), ep=ep)
     lci, _ = _costs(_model(), ep=ep, imbalance=imbalance)

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from trainscale import catalog, perfmodel
+from trainscale.model import catalog, perfmodel
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs, moe_host_time
-from trainscale.specs import ModelSpec, RunSpec, SystemSpec, resolve_model
+from trainscale.model.specs import ModelSpec, RunSpec, SystemSpec, resolve_model
 
 # the small MoE of test_moe: 4 layers, h = 1024, 32 experts of 512, top-4
 SHAPE = dict(layers=4, hidden=1024, heads=16, kv_heads=4, ffn_hidden=512, ffn_type="swiglu", vocab=1000,

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import perfmodel
+from trainscale.model import perfmodel
 from trainscale.kernels import collectives as C
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs
-from trainscale.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
+from trainscale.model.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
 
 BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA = 450e9, 2e-6, 50e9, 5e-6, 0.8
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import BIN_DIR, REPO_ROOT
 
 import papermill.engines  # noqa: F401  (first: it loads the trainscale engine through its entry point)
-from trainscale import papermill_engine
+from trainscale.interface import papermill_engine
 from trainscale.studies import registry
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "survey-map.ipynb"

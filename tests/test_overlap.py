@@ -1,4 +1,4 @@
-"""The contention model of compute-communication overlap (kernels.overlap, trainscale.overlap):
+"""The contention model of compute-communication overlap (kernels.overlap, trainscale.model.overlap):
 closed forms, hand computations and invariants."""
 
 import math
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainscale import overlap as ov
-from trainscale import perfmodel
+from trainscale.model import overlap as ov
+from trainscale.model import perfmodel
 from trainscale.kernels import compute
 from trainscale.kernels import overlap as KO
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 FAST = settings(max_examples=40, deadline=None)
 CALIB = perfmodel.calibration_vector("hopper")

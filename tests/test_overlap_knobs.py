@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import catalog, perfmodel
+from trainscale.model import catalog, perfmodel
 from trainscale.kernels.plan import overlapped_exposed, tp_async_backward_time, tp_overlapped_time
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 
 
 def _run(**plan):
@@ -159,7 +159,7 @@ def test_data_parallel_overlap_exposes_at_most_the_total(zero):
 
 
 def test_overlap_slowdown_is_overridable_per_call():
-    """A sweep, or trainscale.overlap (which prices each run's contention itself), can set it per call."""
+    """A sweep, or trainscale.model.overlap (which prices each run's contention itself), can set it per call."""
     run = _run(tp_comm_overlap=True, overlap_grad_reduce=True)
     default = perfmodel.predict(run)
     ideal = perfmodel.predict(run, {"overlap_compute_slowdown": 0.0})
@@ -174,7 +174,7 @@ def test_no_measured_run_exposes_more_than_its_traffic():
     """Exposed communication never exceeds the traffic before overlap, for every published and public
     run (every stack, recompute mode and overlap knob they use): the selective share's TP traffic was
     once left out of the total."""
-    from trainscale import validation
+    from trainscale.model import validation
 
     runs = validation.measured_runs(None)
     assert len(runs) > 50

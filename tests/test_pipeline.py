@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainscale import pipeline as P
-from trainscale.specs import SpecError
+from trainscale.model import pipeline as P
+from trainscale.model.specs import SpecError
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SCHEDULES = ["gpipe", "1f1b", "interleaved", "zb-h1"]
@@ -343,10 +343,10 @@ def test_gantt_draws_every_op():
 
 
 # --------------------------------------------------------------------------- the performance model uses it
-from trainscale import perfmodel  # noqa: E402
+from trainscale.model import perfmodel  # noqa: E402
 from trainscale.kernels import layout as KL  # noqa: E402
 from trainscale.kernels.plan import chunk_layers, stage_layers  # noqa: E402
-from trainscale.specs import RunSpec, resolve_model, resolve_system  # noqa: E402
+from trainscale.model.specs import RunSpec, resolve_model, resolve_system  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)

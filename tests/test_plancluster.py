@@ -1,4 +1,4 @@
-"""`trainscale plan-cluster` and trainscale.plancluster: each cluster size's best runnable plan, its time, GPU-hours
+"""`trainscale plan-cluster` and trainscale.model.plancluster: each cluster size's best runnable plan, its time, GPU-hours
 and energy to train a token budget, and the Pareto front of the three (issue 38 item 6)."""
 
 import math
@@ -11,10 +11,12 @@ from hypothesis.extra import numpy as hnp
 
 import json
 
-from trainscale import cli, io, perfmodel, plancluster
-from trainscale.plancluster import pareto_front
-from trainscale.specs import RunSpec, SpecError, resolve_system
-from trainscale.stackrules import broken_rules
+from trainscale.interface import cli
+from trainscale.common import io
+from trainscale.model import perfmodel, plancluster
+from trainscale.model.plancluster import pareto_front
+from trainscale.model.specs import RunSpec, SpecError, resolve_system
+from trainscale.model.stackrules import broken_rules
 
 MODEL, SYSTEM, TOKENS, GLOBAL_BATCH = "llama2-7b", "dgx-h100", 2e12, 512
 

@@ -6,8 +6,8 @@ import csv
 import numpy as np
 import pytest
 
-from trainscale import catalog, perfmodel, validation
-from trainscale.specs import ModelSpec, RunSpec, SpecError
+from trainscale.model import catalog, perfmodel, validation
+from trainscale.model.specs import ModelSpec, RunSpec, SpecError
 
 BRIDGE = ("bridge-hopper", "bridge-blackwell", "bridge-mla")
 
@@ -218,7 +218,7 @@ def test_a_search_in_a_precision_the_gpu_lacks_is_refused_in_one_line(precision,
 
 
 def test_search_command_takes_and_names_the_precision(capsys):
-    from trainscale.cli import main
+    from trainscale.interface.cli import main
 
     with pytest.raises(SystemExit):
         main(["search", "--help"])

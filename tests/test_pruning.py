@@ -5,7 +5,7 @@ reduces to when the fitted curve is the true one)."""
 import numpy as np
 import pytest
 
-from trainscale import pruning as P
+from trainscale.workloads import pruning as P
 
 
 def test_dbl_update_matches_a_hand_computed_step():
@@ -91,7 +91,7 @@ def test_every_method_spends_the_same_tokens_and_dbl_starts_where_told():
     (lambda: P.fit_curve([1.0, 2.0], [1.0, 0.5]), "n/loss"),
 ])
 def test_bad_input_names_the_field(call, field):
-    from trainscale.specs import SpecError
+    from trainscale.model.specs import SpecError
     with pytest.raises(SpecError) as err:
         call()
     assert err.value.field == field

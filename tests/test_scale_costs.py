@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from trainscale import perfmodel
+from trainscale.model import perfmodel
 from trainscale.kernels import layout as K
 from trainscale.kernels.collectives import TREE_BUS_FACTOR, allreduce_time
 from trainscale.kernels.scale import expected_max_normal, normal_quantile, straggler_time_s
@@ -87,7 +87,7 @@ def test_weak_scaling_is_never_perfect_nor_faster_with_more_gpus():
 def test_deepspeed_pipeline_gathers_its_partitioned_tensors():
     """DeepSpeed's pipeline engine re-gathers each received activation and gradient over the tp
     ranks (PartitionedTensor.full()): two all-gathers of the boundary tensor per micro-batch."""
-    from trainscale.specs import RunSpec
+    from trainscale.model.specs import RunSpec
 
     run = RunSpec.from_dict(_run(64, 64, tp=8, pp=8, stack="deepspeed"))
     calib = perfmodel.plan_calibration_vector(run.system, run.plan, {"straggler_spread": 0.0})

@@ -1,13 +1,13 @@
-"""Scaling curves (`trainscale scale`, trainscale.scaling): the best plan per GPU count at a fixed global batch,
+"""Scaling curves (`trainscale scale`, trainscale.model.scaling): the best plan per GPU count at a fixed global batch,
 and the throughput per GPU lost to each component of the step."""
 
 import numpy as np
 import pytest
 
-from trainscale import perfmodel, scaling
-from trainscale.cli import main
-from trainscale.io import read_dataset
-from trainscale.specs import RunSpec, SpecError, resolve_model, resolve_system
+from trainscale.model import perfmodel, scaling
+from trainscale.interface.cli import main
+from trainscale.common.io import read_dataset
+from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
 
 MODEL, SYSTEM, BATCH = "llama2-1b", "dgx-h100", 64  # a small dense model: each search takes a fraction of a second
 COUNTS = [8, 16, 32]
@@ -33,7 +33,7 @@ def test_throughput_per_gpu_is_the_searched_best_plan_priced_by_predict(curve):
 
 
 def test_each_count_carries_its_best_plans_confidence(curve):
-    """The dataset's confidence fields are the search's for the best plan (trainscale.confidence), and the flag
+    """The dataset's confidence fields are the search's for the best plan (trainscale.model.confidence), and the flag
     follows from them: MFU above the generation's best measured by more than the left-out error."""
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     for gpus in COUNTS:
@@ -47,7 +47,7 @@ def test_each_count_carries_its_best_plans_confidence(curve):
 
 def test_the_flag_shows_in_the_scale_table():
     """A count whose plan is flagged prints the generation's best measured MFU and the error in 'above best'."""
-    from trainscale.cli import _scale_above_text
+    from trainscale.interface.cli import _scale_above_text
 
     ds = scaling.scaling_curve(MODEL, SYSTEM, [8], BATCH)
     ds["above_best_measured"].values[0] = False

@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from trainscale import perfmodel, searchspace
-from trainscale.cli import main
-from trainscale.specs import ModelSpec, resolve_system
+from trainscale.model import perfmodel, searchspace
+from trainscale.interface.cli import main
+from trainscale.model.specs import ModelSpec, resolve_system
 from conftest import grid_predictions
 
 H100 = resolve_system("dgx-h100")

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from trainscale import perfmodel, searchspace, stackrules
-from trainscale.cli import main
+from trainscale.model import perfmodel, searchspace, stackrules
+from trainscale.interface.cli import main
 from trainscale.kernels import layout as K
-from trainscale.specs import RunSpec, resolve_model, resolve_system
+from trainscale.model.specs import RunSpec, resolve_model, resolve_system
 
 GPT3, A100 = "gpt3-175b", "dgx-a100-80gb"
 

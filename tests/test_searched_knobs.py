@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from trainscale import validation
-from trainscale.cli import main
+from trainscale.model import validation
+from trainscale.interface.cli import main
 
 
 def search_expresses(m) -> bool:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from trainscale import cli, specs, validation
-from trainscale.specs import STACK_DEFAULT_FIELDS, STACKS, PlanSpec, SpecError
+from trainscale.interface import cli
+from trainscale.model import specs, validation
+from trainscale.model.specs import STACK_DEFAULT_FIELDS, STACKS, PlanSpec, SpecError
 
-PKG = Path(specs.__file__).parent
+PKG = Path(specs.__file__).parents[1]
 
 # The defaults every plan had before they became the stack's (main at 3983b3d): a PlanSpec built
 # without these knobs was priced with them.

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import calibration, catalog, perfmodel, validation
+from trainscale.model import calibration, catalog, perfmodel, validation
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
                                      eager_chain_factor, layer_costs)
-from trainscale.specs import RunSpec, SpecError, resolve_model, resolve_system
+from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
 
 
 def _layer(model="llama2-7b", system="dgx-h100", tp=1, mb=1, rc=K.RC_NONE, sp=False, flash=True, stack="fsdp",
@@ -435,7 +435,7 @@ def test_batch_first_sequence_parallelism_copies_each_collective_once_more(tp):
 def test_a_public_row_names_only_a_known_dataset(tmp_path, monkeypatch):
     """The ``dataset`` column sets a row apart as a held-out set or a separately fitted source; any other
     name is refused with one line naming the row, the field, the value and what is valid."""
-    from trainscale import catalog
+    from trainscale.model import catalog
 
     with open(catalog.data_path(validation.STACKS_FILE), encoding="utf-8") as fh:
         reader = csv.DictReader(fh)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import yaml
 
-from trainscale import catalog, confidence, perfmodel, searchspace, stackrules, validation
-from trainscale.cli import main
+from trainscale.model import catalog, confidence, perfmodel, searchspace, stackrules, validation
+from trainscale.interface.cli import main
 from trainscale.kernels import layout as K
-from trainscale.specs import RunSpec, SpecError, resolve_model, resolve_system
+from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
 
 GPT3, A100 = "gpt3-175b", "dgx-a100-80gb"
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from conftest import QUICK_CONFIG, REPO_ROOT, run_snakemake, tail
-from trainscale import catalog
-from trainscale import io as tsio
+from trainscale.model import catalog
+from trainscale.common import io as tsio
 from trainscale.studies import registry
 
 pytestmark = pytest.mark.workflow

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from trainscale import comparison
-from trainscale import kernelmachines as km
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.workloads import kernelmachines as km
+from trainscale.model.specs import SpecError
 from trainscale.studies import big_model_scheduling as study
-from trainscale.wallclock import Link, allreduce_time_s
+from trainscale.training.wallclock import Link, allreduce_time_s
 
 STUDY = "big-model-scheduling"
 
@@ -132,7 +132,7 @@ def test_study_datasets_and_records(tmp_path):
     admm = study.admm_study(problem, 2.0, 32, [1, 2], [1, 2], 300)
     sc = study.scaling_study([64, 256, 1024], n_features=[5000, 10000], sustained_fractions=[0.2, 0.5],
                              bandwidths_GBps=[0.125])
-    from trainscale import io as tsio
+    from trainscale.common import io as tsio
 
     for name, ds in (("accuracy.nc", acc), ("admm.nc", admm), ("scaling.nc", sc)):
         for v in [*ds.data_vars, *ds.coords]:
@@ -186,7 +186,7 @@ def test_committed_kernel_error_falls_at_the_monte_carlo_rate_and_admm_reaches_t
     full datasets: the kernel error's log-log slope in D within 25% of D^-1/2 (median over widths and draws),
     and every split's ADMM iterate within 1e-4 of the direct ridge solve after the last iteration."""
     from conftest import REPO_ROOT
-    from trainscale import io as tsio
+    from trainscale.common import io as tsio
 
     folder = REPO_ROOT / "figures" / STUDY
     slopes = study.kernel_error_slope(tsio.read_dataset(folder / "accuracy.nc"))

@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 import pytest
-from trainscale import chiplet as C
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.workloads import chiplet as C
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies.chiplet_scaling import chiplet_scaling
 
 STUDY = "chiplet-scaling"

@@ -4,10 +4,10 @@ by ``trainscale verify``, not here."""
 
 import numpy as np
 import pytest
-from trainscale import comparison
-from trainscale import curtailment as C
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.workloads import curtailment as C
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import curtailment as study
 
 STUDY = "curtailment"

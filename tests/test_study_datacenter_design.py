@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale.specs import SpecError, SystemSpec, resolve_model
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError, SystemSpec, resolve_model
 from trainscale.studies import datacenter_design as dcd
 
 STUDY = "datacenter-design"

@@ -5,10 +5,10 @@ plumbing of the study's records. The comparison with the paper is judged on the 
 
 import numpy as np
 import pytest
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale import mpc
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.workloads import mpc
+from trainscale.model.specs import SpecError
 from trainscale.studies import distributed_mpc as study
 
 STUDY = "distributed-mpc"
@@ -74,7 +74,7 @@ def test_column_update_lands_on_the_dynamics(small):
     """After a column update every column of Psi is a trajectory of the plant from its unit state."""
     x0 = mpc.initial_state(small.n_subsystems, 6)
     _, _, state = mpc.solve_step(small, x0, "serial", max_iter=3)
-    from trainscale.mpc import _dynamics
+    from trainscale.workloads.mpc import _dynamics
 
     Z = _dynamics(small.A, small.B, small.horizon)
     for c in range(small.nx):
@@ -86,7 +86,7 @@ def test_column_update_lands_on_the_dynamics(small):
 
 
 def test_column_classes_equal_the_per_column_projection():
-    from trainscale.mpc import _column_projection, _dynamics
+    from trainscale.workloads.mpc import _column_projection, _dynamics
 
     problem = mpc.build_problem(9, 3)
     Z = _dynamics(problem.A, problem.B, problem.horizon)

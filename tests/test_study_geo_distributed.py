@@ -3,8 +3,8 @@ compression speed up a pipeline across sites, the more the slower the links."""
 
 import numpy as np
 import pytest
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import geo_distributed as geo
 
 STUDY = "geo-distributed"

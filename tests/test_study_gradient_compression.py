@@ -6,10 +6,11 @@ full datasets by ``trainscale verify``)."""
 import numpy as np
 import pytest
 
-from trainscale import comparison, convergence
-from trainscale import io as tsio
-from trainscale.compression import CompressorSpec
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.training import convergence
+from trainscale.common import io as tsio
+from trainscale.training.compression import CompressorSpec
+from trainscale.model.specs import SpecError
 from trainscale.studies import gradient_compression as gc
 
 STUDY = "gradient-compression"

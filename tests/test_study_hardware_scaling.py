@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from trainscale import comparison, perfmodel
-from trainscale import io as tsio
-from trainscale.specs import SpecError, resolve_model, resolve_system
+from trainscale.common import comparison
+from trainscale.model import perfmodel
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError, resolve_model, resolve_system
 from trainscale.studies import hardware_scaling as study
 
 M4, M8 = 4 * 2**20, 8 * 2**20  # tokens: 1024 and 2048 Llama-2 sequences
@@ -134,7 +135,7 @@ def test_an_empty_batch_sweep_is_named():
 
 # --------------------------------------------------------------------------- published scaling curves
 def test_published_scaling_holds_the_measured_series_relative_to_their_first_point():
-    from trainscale import validation
+    from trainscale.model import validation
 
     pub = study.published_scaling()
     names = list(dict.fromkeys(pub["series"].values.tolist()))
@@ -158,7 +159,7 @@ def test_published_scaling_holds_the_measured_series_relative_to_their_first_poi
 
 
 def test_published_scaling_figure_is_one_panel_per_series(tmp_path):
-    from trainscale import io as tsio
+    from trainscale.common import io as tsio
 
     pub = study.published_scaling()
     tsio.write_dataset(pub, tmp_path / "published_scaling.nc")

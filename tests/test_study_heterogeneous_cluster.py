@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import heterogeneous_cluster as study
 
 

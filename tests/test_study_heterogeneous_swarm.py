@@ -1,4 +1,4 @@
-"""heterogeneous-swarm: the swarm model (trainscale.swarm, kernels.swarm) against brute force and hand-worked
+"""heterogeneous-swarm: the swarm model (trainscale.workloads.swarm, kernels.swarm) against brute force and hand-worked
 cases, the int8 fit, NSGA-II against PETALS' choice, bad swarm files, and the study's records. The comparison
 with PETALS' numbers is judged on the committed full datasets by ``trainscale verify``."""
 
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale import swarm as W
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.workloads import swarm as W
 from trainscale.kernels import swarm as K
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 from trainscale.studies import heterogeneous_swarm as study
 
 
@@ -134,7 +134,7 @@ def test_least_latency_chain_is_never_slower_than_petals_route():
 
 
 def test_offloading_is_bound_by_the_host_link_or_compute():
-    from trainscale.specs import resolve_model
+    from trainscale.model.specs import resolve_model
 
     m = resolve_model("bloom-176b")
     slow = W.offload_rates("bloom-176b", "dgx-a100-80gb", 1.0)  # 1 GB/s: loading the weights dominates
@@ -354,7 +354,7 @@ def test_pareto_names_the_cases_with_no_feasible_placement():
     import matplotlib.pyplot as plt
 
     from conftest import REPO_ROOT
-    from trainscale import plotting
+    from trainscale.common import plotting
 
     folder = REPO_ROOT / "figures" / study.STUDY
     search = tsio.read_dataset(folder / "search.nc")

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import hierarchical_local_sgd as study
 
 STUDY = "hierarchical-local-sgd"

@@ -5,9 +5,10 @@ paper is judged on the committed full datasets by ``trainscale verify``, not her
 import numpy as np
 import pytest
 
-from trainscale import comparison, inference
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.model import inference
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import inference_overlap as study
 from trainscale.studies.inference_overlap import inference_overlap
 

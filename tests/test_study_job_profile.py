@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import math
 
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale import jobprofile as J
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.workloads import jobprofile as J
+from trainscale.model.specs import SpecError
 from trainscale.studies import job_profile
 
 STUDY = "job-profile"

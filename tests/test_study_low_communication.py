@@ -4,9 +4,9 @@ full datasets by ``trainscale verify``)."""
 
 import numpy as np
 import pytest
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import low_communication as lc
 
 STUDY = "low-communication"

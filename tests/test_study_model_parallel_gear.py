@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import gear as G
+from trainscale.workloads import gear as G
 from trainscale.kernels import gear as K
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 from trainscale.studies import model_parallel_gear as study
 
 DIMS = [5, 7, 6, 1]
@@ -137,7 +137,7 @@ def test_methods_and_bad_input():
 
 
 def test_records_from_saved_data(tmp_path):
-    from trainscale import io as tsio
+    from trainscale.common import io as tsio
 
     dims = [4, 6, 1]
     wt = study.walltime_study(dims, [[2, 1]], width_scale=64, tokens=1024, replicas=4, bandwidths_GBps=[0.5],
@@ -157,7 +157,7 @@ def test_committed_gear_steps_faster_than_synchronous_sgd():
     """What was a record (true by construction: gear synchronises fewer parts per step), on the committed full
     dataset: every gear schedule's step is shorter than synchronous SGD's at every swept bandwidth."""
     from conftest import REPO_ROOT
-    from trainscale import io as tsio
+    from trainscale.common import io as tsio
 
     wt = tsio.read_dataset(REPO_ROOT / "figures" / study.STUDY / "walltime.nc")
     gears = [s for s in wt["schedule"].values.tolist() if s.startswith("gear")]

@@ -4,9 +4,9 @@ judged on the committed full datasets by ``trainscale verify``, not here."""
 
 import numpy as np
 import pytest
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import overlap as study
 
 STUDY = "overlap"

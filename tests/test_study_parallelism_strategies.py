@@ -6,10 +6,10 @@ datasets by ``trainscale verify``, not here."""
 import numpy as np
 import pytest
 import xarray as xr
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale import perfmodel
-from trainscale.specs import PlanSpec, RunSpec, SpecError, resolve_system
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.model import perfmodel
+from trainscale.model.specs import PlanSpec, RunSpec, SpecError, resolve_system
 from trainscale.studies import parallelism_strategies as ps
 
 STUDY = "parallelism-strategies"
@@ -159,7 +159,7 @@ def test_zero3_at_table_2_micro_batch_is_the_published_run_priced():
     """Table 2 states each ZeRO-3 row's micro-batch (global batch / GPUs: 4, 2, 1 for 175B); the study prices
     ZeRO-3 there first, and gets exactly what validation predicts for the published rows of
     data/published_runs.csv (the same plan, stack and software)."""
-    from trainscale import validation
+    from trainscale.model import validation
     scaling = ps.strategy_scaling(["gpt-175b"], [384], [1536], doublings=3, strategies=("zero-3",))
     rows = {m.run.gpus: m for m in validation.published_runs() if m.run.id.startswith("meg21-t2-175b-zero3")}
     assert sorted(rows) == [384, 768, 1536]

@@ -5,8 +5,8 @@ tests/test_verify.py)."""
 import numpy as np
 import pytest
 
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import pipeline_planning as study
 
 

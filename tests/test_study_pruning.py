@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainscale import comparison
-from trainscale import io as tsio
-from trainscale import pruning as P
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.common import io as tsio
+from trainscale.workloads import pruning as P
+from trainscale.model.specs import SpecError
 from trainscale.studies import pruning as study
 
 

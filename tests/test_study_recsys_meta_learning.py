@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from trainscale import comparison, perfmodel
-from trainscale import io as tsio
-from trainscale import metarec as M
+from trainscale.common import comparison
+from trainscale.model import perfmodel
+from trainscale.common import io as tsio
+from trainscale.workloads import metarec as M
 from trainscale.kernels import metarec as K
-from trainscale.specs import SpecError
+from trainscale.model.specs import SpecError
 from trainscale.studies import recsys_meta_learning as study
 
 STUDY = "recsys-meta-learning"

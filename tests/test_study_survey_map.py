@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
-from trainscale import comparison, surveymap
-from trainscale import io as tsio
-from trainscale.specs import SpecError
+from trainscale.common import comparison
+from trainscale.studies import surveymap
+from trainscale.common import io as tsio
+from trainscale.model.specs import SpecError
 from trainscale.studies import survey_map as study
 
 STUDY = "survey-map"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from trainscale import io as tsio
+from trainscale.common import io as tsio
 from trainscale.studies import validation as study
 
 
@@ -70,7 +70,7 @@ def test_a_missing_cross_validation_is_not_reproduced(tmp_path):
 
 def test_every_variable_and_coordinate_is_described():
     """The dataset the notebook saves (public runs, no vTrain): long_name everywhere, units on numbers."""
-    from trainscale.validation import validation_dataset
+    from trainscale.model.validation import validation_dataset
 
     ds = validation_dataset(None)
     for name in list(ds.data_vars) + list(ds.coords):
@@ -82,7 +82,7 @@ def test_every_variable_and_coordinate_is_described():
 
 @pytest.mark.workflow
 def test_quick_workflow_writes_described_outputs(quick_workflow):
-    from trainscale import comparison
+    from trainscale.common import comparison
 
     folder = quick_workflow / "figures" / "validation"
     for name in study.OUTPUTS:
@@ -117,7 +117,7 @@ def test_error_by_run_names_the_error_it_draws(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from trainscale import figurecheck, plotting
+    from trainscale.common import figurecheck, plotting
 
     names = ["published", "published", "bridge-mla"]
     ds = xr.Dataset({"rel_error": ("run", [0.01, -0.03, 0.4]), "left_out_mape": ("run", [0.21, 0.21, np.nan])},

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import QUICK_CONFIG, REPO_ROOT, run_snakemake, tail
-from trainscale import io as tsio
-from trainscale import sweep
-from trainscale.specs import SpecError
+from trainscale.common import io as tsio
+from trainscale.model import sweep
+from trainscale.model.specs import SpecError
 
 SPEC = {"model": "llama2-7b", "systems": ["dgx-a100-80gb", "dgx-h100"], "gpus": [64, 128], "global_batch": 256,
         "space": {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "micro_batch": [1, 2], "recompute": ["none", "full"],
@@ -36,7 +36,7 @@ def test_chunked_equals_unsplit(unsplit, chunks):
 
 
 def test_unsplit_equals_the_grid(unsplit):
-    from trainscale import perfmodel
+    from trainscale.model import perfmodel
 
     grid = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 128, 256, **SPEC["space"])
     part = unsplit.sel(system="dgx-h100", gpus=128)

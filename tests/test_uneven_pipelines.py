@@ -4,7 +4,7 @@ Megatron-Core's rules for a split (``--decoder-first/last-pipeline-num-layers``,
 ``--account-for-embedding/loss-in-pipeline-split``; NVIDIA/Megatron-LM d98e8a6,
 megatron/core/transformer/transformer_config.py and transformer_block.py) are written twice: as the
 kernel the grid runs (:func:`trainscale.kernels.plan.split_reason`) and as the Python check that names
-the field (:func:`trainscale.specs.split_rule`); the peak a device holds
+the field (:func:`trainscale.model.specs.split_rule`); the peak a device holds
 (:func:`trainscale.kernels.plan.held_layers`) is checked against both pipeline simulators.
 """
 
@@ -14,10 +14,10 @@ import itertools
 import numpy as np
 import pytest
 
-from trainscale import perfmodel, pipeline, validation
+from trainscale.model import perfmodel, pipeline, validation
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import held_layers, split_chunk_layers, split_reason, split_stage_layers
-from trainscale.specs import RunSpec, SpecError, split_rule, suggest_split
+from trainscale.model.specs import RunSpec, SpecError, split_rule, suggest_split
 
 ENDS = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from trainscale import calibration, catalog, perfmodel, validation
-from trainscale.specs import SpecError
+from trainscale.model import calibration, catalog, perfmodel, validation
+from trainscale.model.specs import SpecError
 
 VTRAIN_DIR = validation.vtrain_dir()  # the copy shipped with the package
 
@@ -368,7 +368,7 @@ def _parity_ds():
 
 
 def test_parity_by_precision_says_which_groups_are_in_sample():
-    from trainscale import validation as v
+    from trainscale.model import validation as v
 
     rows = v.parity_by_precision(_parity_ds()).set_index(["dataset", "precision", "kind"])
     assert rows.loc[("published", "bf16", "dense"), "fit"] == "in-sample"
@@ -377,7 +377,7 @@ def test_parity_by_precision_says_which_groups_are_in_sample():
 
 
 def test_a_precision_no_fitted_run_uses_is_reported_as_left_out_entirely():
-    from trainscale import validation as v
+    from trainscale.model import validation as v
 
     rows = v.unfitted_precisions(_parity_ds()).set_index(["precision", "kind"])
     assert sorted(rows.index) == [("fp8", "dense"), ("fp8", "moe"), ("mxfp8", "dense")]  # bf16 is fitted

@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from trainscale import comparison, verify
-from trainscale import io as tsio
+from trainscale.common import comparison
+from trainscale.interface import verify
+from trainscale.common import io as tsio
 from trainscale.studies import registry
 from conftest import REPO_ROOT
 

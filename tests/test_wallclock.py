@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainscale import convergence as C
-from trainscale import perfmodel
-from trainscale import wallclock as WC
-from trainscale.specs import PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
+from trainscale.training import convergence as C
+from trainscale.model import perfmodel
+from trainscale.training import wallclock as WC
+from trainscale.model.specs import PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
 
 # a hand-made worker step: numbers chosen so that closed forms are easy to read
 STEP = WC.WorkerStep(model="toy", system="toy", gpus=8, batch_per_worker=4, compute_s=2.0, power_W=300.0,

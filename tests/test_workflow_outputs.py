@@ -1,4 +1,4 @@
-"""trainscale.workflow_outputs: the fingerprint that decides when a study reruns, and the staged install."""
+"""trainscale.interface.workflow_outputs: the fingerprint that decides when a study reruns, and the staged install."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 
 from conftest import REPO_ROOT
-from trainscale import workflow_outputs as wo
+from trainscale.interface import workflow_outputs as wo
 
 
 def _package(tmp_path):
@@ -45,9 +45,9 @@ def test_a_study_depends_on_what_it_imports_transitively_and_the_catalogs(tmp_pa
 
 def test_the_real_studies_depend_on_their_own_modules():
     files = {f.as_posix() for f in wo.study_input_files(REPO_ROOT, "survey-map", "notebooks/survey-map.ipynb")}
-    assert {"pkg/trainscale/studies/survey_map.py", "pkg/trainscale/surveymap.py", "notebooks/survey-map.ipynb",
+    assert {"pkg/trainscale/studies/survey_map.py", "pkg/trainscale/studies/surveymap.py", "notebooks/survey-map.ipynb",
             "pkg/trainscale/data/survey_map.yaml", "requirements.txt"} <= files
-    assert "pkg/trainscale/cli.py" not in files and "pkg/trainscale/kernels/plan.py" not in files
+    assert "pkg/trainscale/interface/cli.py" not in files and "pkg/trainscale/kernels/plan.py" not in files
 
 
 def test_the_fingerprint_follows_content_and_parameters(tmp_path):
@@ -92,7 +92,7 @@ def test_install_moves_everything_or_nothing(tmp_path):
 
 
 def test_the_install_command_says_what_is_missing_in_one_line(tmp_path, capsys):
-    from trainscale import cli
+    from trainscale.interface import cli
 
     (tmp_path / "staging").mkdir()
     (tmp_path / "staging" / "a.nc").write_bytes(b"x")
@@ -103,7 +103,7 @@ def test_the_install_command_says_what_is_missing_in_one_line(tmp_path, capsys):
 
 
 def test_the_published_copy_names_the_outputs_folder_not_the_staging_one(tmp_path):
-    from trainscale import publish
+    from trainscale.common import publish
 
     executed = tmp_path / "executed.ipynb"
     nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [

@@ -1,7 +1,7 @@
 """Nothing is lost: no workflow run deletes or half-writes a committed file, and a fresh clone is up to date.
 
 The workflow runs in a copy of the working tree (tracked and untracked-not-ignored files), so the real
-figures/ are never at risk; every file of the copy is hashed before and after (trainscale.workflow_outputs).
+figures/ are never at risk; every file of the copy is hashed before and after (trainscale.interface.workflow_outputs).
 """
 
 import hashlib

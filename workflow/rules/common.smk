@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from trainscale import workflow_outputs
+from trainscale.interface import workflow_outputs
 from trainscale.studies import registry
 
 REPO_ROOT = Path(workflow.basedir).resolve().parent
@@ -36,7 +36,7 @@ def staging_dir(study):
     return f"results/{MODE}/staging/{study}"
 
 
-# ------------------------------------------------- when a study reruns (trainscale.workflow_outputs)
+# ------------------------------------------------- when a study reruns (trainscale.interface.workflow_outputs)
 # A study reruns when its fingerprint (its notebook, the package modules it imports, the catalogs,
 # requirements.txt, its input-folder CSVs and its parameters, hashed by content) differs from the one its
 # outputs were made from (figures/<study>/inputs.json): the fingerprint file below is the rule's input and
@@ -146,7 +146,7 @@ def sweep_spec(name):
 
 def sweep_output(name):
     """The gathered dataset: .zarr when the sweep is too large for one netCDF file."""
-    from trainscale.sweep import output_format
+    from trainscale.model.sweep import output_format
 
     return f"{SWEEPS_DIR}/{name}.{output_format(sweep_spec(name))}"
 

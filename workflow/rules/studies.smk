@@ -5,7 +5,7 @@
 # To add a study: its module, notebooks/<study>.ipynb, a block in config/config.yaml (+ its
 # $defs/params entry in config/schema.yaml) and its test; nothing here.
 #
-# Nothing is lost (trainscale.workflow_outputs): the notebook writes into results/<mode>/staging/<study>/
+# Nothing is lost (trainscale.interface.workflow_outputs): the notebook writes into results/<mode>/staging/<study>/
 # and `trainscale install-outputs` moves every output into place only when all of them are there; the
 # outputs are flagged update(), so Snakemake neither deletes them before a job nor after a failed,
 # cancelled or refused (SLURM) one. A study reruns when its fingerprint changes (rules/common.smk).

@@ -22,7 +22,7 @@ rule sweep_chunk:
         spec=lambda w: json.dumps(sweep_spec(w.sweep), sort_keys=True),
         chunks=lambda w: int(sweep_spec(w.sweep).get("chunks", 1)),
     shell:
-        "NUMBA_NUM_THREADS={threads} python -m trainscale.sweep chunk {params.spec:q} "
+        "NUMBA_NUM_THREADS={threads} python -m trainscale.model.sweep chunk {params.spec:q} "
         "--chunk {wildcards.chunk} --chunks {params.chunks} --out {output:q} 2> {log:q}"
 
 
@@ -43,7 +43,7 @@ rule sweep_gather_netcdf:
     params:
         spec=lambda w: json.dumps(sweep_spec(w.sweep), sort_keys=True),
     shell:
-        "python -m trainscale.sweep gather {params.spec:q} --out {output:q} {input:q} 2> {log:q}"
+        "python -m trainscale.model.sweep gather {params.spec:q} --out {output:q} {input:q} 2> {log:q}"
 
 
 rule sweep_gather_zarr:
@@ -63,7 +63,7 @@ rule sweep_gather_zarr:
     params:
         spec=lambda w: json.dumps(sweep_spec(w.sweep), sort_keys=True),
     shell:
-        "python -m trainscale.sweep gather {params.spec:q} --out {output:q} {input:q} 2> {log:q}"
+        "python -m trainscale.model.sweep gather {params.spec:q} --out {output:q} {input:q} 2> {log:q}"
 
 
 rule notebook_sweep_set:
@@ -106,7 +106,7 @@ rule notebook_sweep_combine:
         ],
         labels=lambda w: [str(i) for i in range(len(notebook_sweep(w.name)[1]))],
     shell:
-        "python -m trainscale.sweep combine --out {output:q} --dim parameter_set "
+        "python -m trainscale.model.sweep combine --out {output:q} --dim parameter_set "
         "--labels {params.labels} -- {params.files:q} 2> {log:q}"
 
 

@@ -121,7 +121,7 @@ def transcribe(text: str, rows: list[dict]) -> tuple[list[dict], list[str]]:
 
 
 def _catalog_layers(model: str) -> int:
-    from trainscale.specs import resolve_model
+    from ..model.specs import resolve_model
 
     return resolve_model(model).layers
 

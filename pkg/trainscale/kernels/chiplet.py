@@ -18,7 +18,7 @@ Hamiltonian cycle exists (row 0 left to right, the other rows snaking over colum
 back up column 0): ``N`` ring edges of 1 hop each. For ``n`` odd the mesh is bipartite with an
 odd number of vertices, so no cycle of 1-hop edges visits every chiplet; the best ring has one
 2-hop edge: ``N + 1`` hops in all (:func:`mesh_ring_max_hops`, :func:`mesh_ring_total_hops`;
-the construction is :func:`trainscale.chiplet.mesh_ring`). Each directed link carries at most
+the construction is :func:`trainscale.workloads.chiplet.mesh_ring`). Each directed link carries at most
 one ring edge, so a ring running one way round gets the full link bandwidth at every step. A
 *bidirectional* ring (half of every chunk each way round, as NCCL's two rings) doubles the
 bandwidth when no directed link carries two edges: true for ``n`` even; for ``n`` odd the 2-hop

@@ -1,6 +1,6 @@
 r"""The curtailment controller as a discrete-event simulation on the controller's poll clock.
 
-Plain arrays in, arrays out (:func:`simulate`); the model layer is :mod:`trainscale.curtailment`.
+Plain arrays in, arrays out (:func:`simulate`); the model layer is :mod:`trainscale.workloads.curtailment`.
 
 **Clock.** The controller of Wiesner et al. (arXiv 2602.22760) reads each site's marginal carbon
 intensity every ``poll_s`` seconds (10 s) from a trace sampled every ``slot_s`` seconds (5 minutes).

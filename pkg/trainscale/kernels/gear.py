@@ -1,5 +1,5 @@
 r"""Numba kernels of gear training (Dong et al., arXiv 1806.03925): a model-parallel network whose parts are
-updated at different rates. Called through :mod:`trainscale.gear`.
+updated at different rates. Called through :mod:`trainscale.workloads.gear`.
 
 The network is a multi-layer perceptron, part ``p`` = layer ``p`` (weights :math:`W_p` of
 :math:`d_{p+1} \times d_p` and bias :math:`b_p`), tanh on the hidden layers, linear output:

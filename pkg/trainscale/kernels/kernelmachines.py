@@ -1,5 +1,5 @@
 r"""Numba kernels of random-feature kernel machines trained by block-splitting ADMM (Avron & Sindhwani,
-arXiv 1409.0940; Parikh & Boyd's block splitting). Called through :mod:`trainscale.kernelmachines`.
+arXiv 1409.0940; Parikh & Boyd's block splitting). Called through :mod:`trainscale.workloads.kernelmachines`.
 
 Random Fourier features of the Gaussian kernel :math:`k(x, x') = \exp(-\|x - x'\|^2 / 2\sigma^2)`:
 with :math:`\omega_j \sim N(0, \sigma^{-2} I)` and :math:`b_j \sim U[0, 2\pi)`,

@@ -1,7 +1,7 @@
 """Index constants of the plain float arrays that carry specs into the kernels.
 
 Kernels take a model vector, a system vector, a calibration vector and integer plan fields;
-these names say which slot holds what. ``trainscale.perfmodel`` fills them from the specs.
+these names say which slot holds what. ``trainscale.model.perfmodel`` fills them from the specs.
 """
 
 # model vector
@@ -207,4 +207,4 @@ R_SHARD = 8
 R_MEMORY = 9
 R_EP = 10
 R_UNEVEN_CHUNKS = 11
-R_STACK_RULE = 12  # set by trainscale.searchspace after pricing (trainscale.stackrules), never by a kernel
+R_STACK_RULE = 12  # set by trainscale.model.searchspace after pricing (trainscale.model.stackrules), never by a kernel

@@ -1,5 +1,5 @@
 r"""Numba kernels of a small DLRM-style recommender trained by first-order MAML (G-Meta, Xiao et al.,
-arXiv 2401.04338). Called through :mod:`trainscale.metarec`.
+arXiv 2401.04338). Called through :mod:`trainscale.workloads.metarec`.
 
 The model: ``F`` sparse fields, each looked up in its own embedding table (rows of ``E`` values; the
 tables are stacked into one array of ``F R`` rows, global row ``f R + r``), the ``F`` vectors

@@ -1,7 +1,7 @@
 r"""Distributed and localized MPC (DLMPC) by ADMM, as Numba kernels: serial, naive parallel, locality-aware parallel.
 
 Plain arrays in, arrays out; the model layer (the plant, the locality patterns, the layouts) is
-:mod:`trainscale.mpc`. The algorithm is Amo Alonso & Matni's DLMPC as parallelised by Amo Alonso & Tseng
+:mod:`trainscale.workloads.mpc`. The algorithm is Amo Alonso & Matni's DLMPC as parallelised by Amo Alonso & Tseng
 (arXiv 2103.14990; code github camoalon/DLMPC-GPU).
 
 **Problem of one MPC step.** With the current state ``x0`` (``Nx`` states) and horizon ``T``, the system-level

@@ -313,7 +313,7 @@ def _weighted_average(XS, weight, members, out):
 @njit(cache=True)
 def run_rounds(kind, hidden, lam, X, y, x0, batches, steps, joins, averages, lr, x_out):
     r"""SGD on ``S`` sites over a schedule of ``R`` rounds, averaging weighted by batches (the
-    curtailment runs' statistics; :func:`trainscale.curtailment.averaging_cost`).
+    curtailment runs' statistics; :func:`trainscale.workloads.curtailment.averaging_cost`).
 
     Site ``k`` holds parameters ``x_k``; ``x_g`` is the last average (``x0`` at first). Round ``r``:
     a site with ``joins[r, k]`` starts from ``x_g``; site ``k`` takes ``steps[r, k]`` SGD steps of

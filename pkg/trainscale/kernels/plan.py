@@ -247,7 +247,7 @@ def linear_peak(peak, calib):
     BF16: the bf16 peak ``P``. FP8, MXFP8, NVFP4 (``plan.precision``): the linear layers (QKV, projection,
     FFN, experts) run at the low-precision peak times an efficiency tied to bf16's by one factor per
     generation, folded into ``calib[C_LINEAR_SPEEDUP]`` = :math:`(P_\mathrm{lp} / P)\,\rho`
-    (:func:`trainscale.perfmodel.precision_slots`); attention, router and output layer stay in bf16."""
+    (:func:`trainscale.model.perfmodel.precision_slots`); attention, router and output layer stay in bf16."""
     speedup = calib[C_LINEAR_SPEEDUP]
     if speedup == 1.0:
         return peak

@@ -1,4 +1,4 @@
-"""The heterogeneous pipeline planner's dynamic programme (see ``trainscale.hetero``).
+"""The heterogeneous pipeline planner's dynamic programme (see ``trainscale.model.hetero``).
 
 Stages are placed from the last one backwards, so stage ``j`` from the end (``j = 1`` is the last
 stage) always keeps ``min(j, m)`` micro-batches in flight, whatever the stage count: one pass over

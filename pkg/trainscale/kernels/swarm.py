@@ -1,6 +1,6 @@
 r"""A PETALS-style swarm: block placement, routing and chain costs (Borzunov et al. 2023, arXiv 2209.01188).
 
-Plain arrays in, numbers out; the model layer is :mod:`trainscale.swarm`. A model of ``L`` blocks is served by
+Plain arrays in, numbers out; the model layer is :mod:`trainscale.workloads.swarm`. A model of ``L`` blocks is served by
 ``S`` servers; server ``s`` holds the contiguous span ``[a_s, a_s + n_s)`` of blocks (``n_s`` fixed by its memory)
 and has a round-trip time ``r_s`` to the client, a link of ``B_s`` bytes/s, a per-block decode time ``d_s`` and a
 per-block forward time ``f_s`` (one batch of prompts).

@@ -7,15 +7,15 @@ the critical batch size, and more nodes make a step shorter, but not in proporti
 halves come from the package:
 
 * **statistical efficiency** (:func:`steps_to_target_sweep`): synchronous SGD on a synthetic
-  teacher-student problem (:func:`trainscale.convergence.make_problem`), one run per global batch
+  teacher-student problem (:func:`trainscale.training.convergence.make_problem`), one run per global batch
   and learning rate, each batch at its best learning rate; the steps to a target loss are fitted
-  with ``S = S_min (1 + B_crit / B)`` (:func:`trainscale.convergence.fit_critical_batch`,
+  with ``S = S_min (1 + B_crit / B)`` (:func:`trainscale.training.convergence.fit_critical_batch`,
   McCandlish et al. 2018, arXiv 1812.06162, eq. 2.11) and the knee ``B_crit`` is compared with the
-  gradient noise scale ``B_simple`` (:func:`trainscale.convergence.gradient_noise_scale`) at the
+  gradient noise scale ``B_simple`` (:func:`trainscale.training.convergence.gradient_noise_scale`) at the
   start and where the loss reaches the target;
 * **step time** (:func:`step_costs`): one data-parallel step of a catalog model (one synthetic
   example stands in for one sequence) with global batch ``B`` on ``N`` nodes of a catalog system,
-  priced by :func:`trainscale.perfmodel.predict`: every GPU one data-parallel rank (``dp = 8 N``),
+  priced by :func:`trainscale.model.perfmodel.predict`: every GPU one data-parallel rank (``dp = 8 N``),
   ``B / dp`` sequences per GPU in micro-batches, gradient all-reduce over NVLink and the
   scale-out network overlapped with the last backward pass; the micro-batch, recomputation and
   ZeRO-1 are chosen per cell (fastest plan that fits). ``B`` must be a multiple of the GPU count;
@@ -42,20 +42,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck
-from .. import convergence as cv
-from .. import io as tsio
-from .. import perfmodel
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import (
-    RECOMPUTE_MODES,
-    PlanSpec,
-    RunSpec,
-    SpecError,
-    resolve_model,
-    resolve_system,
-)
+from ..common import comparison, figurecheck
+from ..training import convergence as cv
+from ..common import io as tsio
+from ..model import perfmodel
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import RECOMPUTE_MODES, PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
 
 __all__ = ["REASONS", "PAPER", "OUTPUTS", "RESOURCES", "batch_size_study", "compare", "step_costs",
            "steps_to_target_sweep", "target_loss", "FIGURES", "draw_steps_to_target", "draw_time_to_target",
@@ -287,7 +280,7 @@ def _system(system, scale_out_GBps_per_gpu):
 def step_costs(model: str, system: str, global_batches: Sequence[int], nodes: Sequence[int],
                scale_out_GBps_per_gpu: float | None = None, calibration=None) -> xr.Dataset:
     """One data-parallel training step of ``model`` with each global batch (sequences) on each node
-    count of ``system``, priced by :func:`trainscale.perfmodel.predict` (see the module docstring).
+    count of ``system``, priced by :func:`trainscale.model.perfmodel.predict` (see the module docstring).
 
     Returns over (``global_batch``, ``nodes``): ``step_time_s``, ``power_W_per_gpu``, ``mfu``,
     ``micro_batch``, ``exposed_comm_s`` (data-parallel communication not hidden behind compute),

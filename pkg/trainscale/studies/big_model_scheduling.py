@@ -19,7 +19,7 @@ machine has no web access: the paper's tables (its node counts, numbers of rando
 accuracies) could not be read, and none is typed from memory, so every record here is a direction.
 
 Here: (1) test accuracy against the number of random features on a generated problem small enough for exact
-kernel ridge regression (:func:`trainscale.kernelmachines.make_problem`; a different setting, labelled); (2) the
+kernel ridge regression (:func:`trainscale.workloads.kernelmachines.make_problem`; a different setting, labelled); (2) the
 ADMM iterates converging to the direct ridge solve for several splits (a self-check, tested, no record);
 (3) time per iteration against Blue Gene/Q nodes at the paper's problem size (MNIST-8M: 8.1 million examples,
 784 inputs, 10 classes): each node's FLOPs at a sustained share of the node's peak (swept, 10-50%), the broadcast
@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import io as tsio
-from .. import kernelmachines as km
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import SpecError
-from ..wallclock import Link
+from ..common import comparison
+from ..common import io as tsio
+from ..workloads import kernelmachines as km
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError
+from ..training.wallclock import Link
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SETTING", "READ", "BGQ", "MNIST8M", "SUSTAINED_FRACTION",
            "compare", "accuracy_study", "admm_study", "scaling_study", "kernel_error_slope", "MC_RATE", "FIGURES"]
@@ -95,7 +95,7 @@ def _problem(p):
 
 def problem_parameters(n_train=2000, n_test=1000, dim=10, classes=3, clusters_per_class=8, centre_scale=1.5,
                        problem_seed=0, lam=0.5) -> dict:
-    """The generated problem's parameters, checked (see :func:`trainscale.kernelmachines.make_problem`)."""
+    """The generated problem's parameters, checked (see :func:`trainscale.workloads.kernelmachines.make_problem`)."""
     return {"n_train": check_int("n_train", n_train, 2, 20000), "n_test": check_int("n_test", n_test, 1, 10**5),
             "dim": check_int("dim", dim, 1, 1000), "classes": check_int("classes", classes, 2, 100),
             "clusters_per_class": check_int("clusters_per_class", clusters_per_class, 1, 100),
@@ -193,7 +193,7 @@ def scaling_study(workers: Sequence[int] = (64, 128, 256, 512, 1024), strong_exa
                   link_GBps: float = BGQ["link_GBps"], latency_s: float = BGQ["latency_s"],
                   headline_features: int = 10000, headline_fraction: float = SUSTAINED_FRACTION) -> xr.Dataset:
     """Time per iteration against Blue Gene/Q nodes at the paper's problem size (MNIST-8M by default): compute =
-    one node's iteration FLOPs (:func:`trainscale.kernelmachines.iteration_flops` with the random features
+    one node's iteration FLOPs (:func:`trainscale.workloads.kernelmachines.iteration_flops` with the random features
     recomputed every iteration, libSkylark's default) at ``sustained_fraction x peak_gflops``; communication =
     broadcast + reduce of the ``D x k`` weights by the project's collectives over one torus link per node
     (``link_GBps``, ``latency_s``; each of ``bandwidths_GBps`` too). Strong scaling: ``strong_examples`` split over

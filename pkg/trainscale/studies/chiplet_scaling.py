@@ -4,14 +4,14 @@ Huang et al., "Hecaton: Training and Finetuning LLMs with Scalable Chiplet Syste
 2407.05784) train a transformer on an ``n x n`` mesh of chiplets with weights partitioned on the
 2D grid and collectives along mesh rows and columns, so that the communication per chiplet
 shrinks like ``1/sqrt(N)`` of the problem while the compute shrinks like ``1/N``. Under weak
-scaling (model width grown with the mesh side, see :func:`trainscale.chiplet.weak_scaled_model`)
+scaling (model width grown with the mesh side, see :func:`trainscale.workloads.chiplet.weak_scaled_model`)
 the compute/communication ratio of the 2D scheme stays nearly constant while that of Megatron's
 1D tensor parallelism (an all-reduce of the whole activation over a ring through all ``N``
 chiplets) falls like ``1/sqrt(N)``. They report 4.98x performance and 2.35x energy reduction
 against Megatron TP on Llama2-70B.
 
 :func:`chiplet_scaling` evaluates both schemes for every chiplet package and mesh side through the
-model API (:func:`trainscale.chiplet.step_costs_grid`, which documents the formulas) and returns the Dataset the study's figures are drawn from.
+model API (:func:`trainscale.workloads.chiplet.step_costs_grid`, which documents the formulas) and returns the Dataset the study's figures are drawn from.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import chiplet as C
-from .. import comparison, figurecheck
-from .. import io as tsio
-from ..checks import check_int
-from ..io import provenance
-from ..specs import SpecError, resolve_model
+from ..workloads import chiplet as C
+from ..common import comparison, figurecheck
+from ..common import io as tsio
+from ..common.checks import check_int
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_model
 
 __all__ = ["chiplet_scaling", "compare", "PAPER", "OUTPUTS", "RESOURCES", "FIGURES"]
 
@@ -222,7 +222,7 @@ def draw_step_breakdown(folder):
     on top of it (roofline minus compute) and mesh communication, stacked, against the number of chiplets."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, _, n, _, _, _ = _figure_setting(folder)
     chip = ds["chiplet"].values.tolist()[0]

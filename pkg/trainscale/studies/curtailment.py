@@ -12,7 +12,7 @@ provisioned times the trace, on a 60 s grid, the single-site baselines being the
 region's trace from 17:00 UTC); ``evaluation/results/exp1/events.csv`` and ``client_*.csv`` (the run's log: the
 step counter is global, two sites at 2.74 s per batch each advance it every 1.37 s; a two-site round lasts 648 s
 of which 513 s train, so 135 s of every round is not training; a site trains 80-120 s after its provisioning
-completes); and ``evaluation/mci.csv``, the paper's trace (:data:`trainscale.curtailment.PAPER_TRACE`: cited,
+completes); and ``evaluation/mci.csv``, the paper's trace (:data:`trainscale.workloads.curtailment.PAPER_TRACE`: cited,
 not redistributed, fetched by ``trainscale fetch-trace`` and checked by sha256).
 
 The paper trains a 561M model (nanochat d20; 23,400 iterations of 524,288 tokens) on sites in California, Texas
@@ -22,7 +22,7 @@ training without pause it reports 1.38 kgCO2 vs 11.41 / 14.55 / 12.33 / 27.07 (C
 17.8 h and 37.7 vs 36.0 kWh.
 
 **The paper's setting first** (:func:`paper_setting_study`, ``paper.nc``): the same policy in the
-discrete-event simulator of :mod:`trainscale.curtailment` on the paper's own trace from 17:00 UTC, with the step
+discrete-event simulator of :mod:`trainscale.workloads.curtailment` on the paper's own trace from 17:00 UTC, with the step
 time from the performance model (the paper's micro-batch 8; 4 and 16 swept) and the averaging over a WAN ring;
 swept over the part of each round the paper's system spends not training (our all-reduce only, or the 135 s
 its log shows). The paper's measured step time (17.8 h / 23,400) is run beside it as a check of the controller
@@ -47,13 +47,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import curtailment as C
-from .. import figurecheck
-from .. import io as tsio
-from ..checks import check_choices, check_float, check_floats, check_int, check_ints
-from ..io import provenance
-from ..specs import SpecError
+from ..common import comparison
+from ..workloads import curtailment as C
+from ..common import figurecheck
+from ..common import io as tsio
+from ..common.checks import check_choices, check_float, check_floats, check_int, check_ints
+from ..common.io import provenance
+from ..model.specs import SpecError
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "PAPER_RUN_LOG", "compare", "paper_setting_study",
            "paper_setting_missing",
@@ -95,7 +95,7 @@ def paper_setting_study(path=None, sites: Sequence[str] = ("CA", "TX", "SA"),
                         batch_tokens: int = 524288, iterations: int = 23400, train_kW: float = 2.024,
                         idle_kW: float = 0.468, bandwidth_GBps: float = 0.125, latency_s: float = 0.05,
                         bytes_per_value: float = 2.0) -> xr.Dataset:
-    """The paper's run on the paper's trace (:func:`trainscale.curtailment.read_paper_trace`, ``path`` or the
+    """The paper's run on the paper's trace (:func:`trainscale.workloads.curtailment.read_paper_trace`, ``path`` or the
     default place; checked by sha256), from its start (2026-01-11 17:00 UTC), at the paper's policy.
 
     Dims ``step_case`` (the performance model's step time at each of ``micro_batches``, then the paper's
@@ -256,11 +256,11 @@ def averaging_study(runs: xr.Dataset, traces: xr.Dataset, kappas: Sequence[float
     """The statistical cost of averaging at the paper's policy (threshold 100, all sites, 600 s rounds):
     for every trace seed and start hour of ``runs`` the controller is re-run on ``traces`` (it is
     deterministic) and its schedule of rounds drives SGD on a least-squares problem of ``dim``
-    parameters and ``samples`` examples (:func:`trainscale.curtailment.averaging_cost`), against one
+    parameters and ``samples`` examples (:func:`trainscale.workloads.curtailment.averaging_cost`), against one
     site taking the same steps in sequence. The problem's condition number ``kappa`` and the batch
     per step set the regime (noise- or curvature-limited), which a least-squares proxy cannot take
     from nanochat: both are swept."""
-    from .. import convergence
+    from ..training import convergence
 
     kappas = check_floats("loss_kappas", kappas, 1.0, 1e6)
     batch_sizes = check_ints("loss_batch_sizes", batch_sizes, 1, 4096)
@@ -311,7 +311,7 @@ def paper_policy(p: dict) -> "C.Policy":
 
 
 def paper_policy_run(traces: xr.Dataset, p: dict, seed: int, hour: int) -> tuple[xr.Dataset, dict]:
-    """(trace window, :func:`trainscale.curtailment.run_policy` result) of the paper's policy on every site
+    """(trace window, :func:`trainscale.workloads.curtailment.run_policy` result) of the paper's policy on every site
     of ``p`` for trace ``seed`` from UTC ``hour``, over the run's ``days`` (the controller is
     deterministic, so this is the run the sweep saved)."""
     window = trace_window(traces.sel(seed=seed), hour, int(p["days"]))
@@ -645,7 +645,7 @@ def draw_sweeps(folder):
     round length (median over trace seeds and start hours, bars: the range)."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     runs = tsio.read_dataset(Path(folder) / "runs.nc")
     p = json.loads(runs.attrs["parameters"])
@@ -684,7 +684,7 @@ def draw_averaging(folder):
     with the paper's log-perplexity ratio."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     avg = tsio.read_dataset(Path(folder) / "averaging.nc")
     fig, ax = plt.subplots(figsize=(6.4, 3.4))

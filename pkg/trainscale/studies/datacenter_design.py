@@ -3,7 +3,7 @@ Designing Data Centers for Next-Gen Language Models", arXiv 2506.15006, 2025).
 
 Every design point is one system (a catalog entry with overrides: scale-up domain size, HBM capacity
 and bandwidth, scale-out bandwidth and latency, and the scale-out topology) on which the model is
-trained at its best plan, found by :func:`trainscale.perfmodel.search` over tensor, pipeline, data
+trained at its best plan, found by :func:`trainscale.model.perfmodel.search` over tensor, pipeline, data
 and (for a mixture of experts) expert parallelism, micro-batch, interleaving and recomputation.
 
 Two scale-out networks, with the same NIC bandwidth per GPU:
@@ -40,12 +40,12 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck
-from .. import io as tsio
-from .. import perfmodel
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import SpecError, SystemSpec, resolve_model, resolve_system
+from ..common import comparison, figurecheck
+from ..common import io as tsio
+from ..model import perfmodel
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError, SystemSpec, resolve_model, resolve_system
 
 PAPER = ("Tithi et al., Scaling Intelligence: Designing Data Centers for Next-Gen Language Models "
          "(arXiv 2506.15006, 2025)")

@@ -3,7 +3,7 @@
 arXiv 2103.14990; code github camoalon/DLMPC-GPU).
 
 The paper's plant (a chain of two-state subsystems, its code's scenario) and ADMM (rho 10, tolerances 1e-4 / 1e-3,
-horizon 5, locality d) run in :mod:`trainscale.mpc` (its Numba kernels, three schedules): a
+horizon 5, locality d) run in :mod:`trainscale.workloads.mpc` (its Numba kernels, three schedules): a
 closed loop from a seeded initial state (every schedule, identical iterates), and the wall time of ADMM iterations
 for every schedule, chain size ``n`` and locality ``d`` on the Numba threads available. The paper runs on a GPU
 (up to 50x over its CPU code, the locality-aware kernels about 2x over the naive ones); ours is the project's
@@ -21,13 +21,13 @@ import numba
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import figurecheck
-from .. import io as tsio
-from .. import mpc as M
-from ..checks import check_float, check_int
-from ..io import provenance
-from ..specs import SpecError
+from ..common import comparison
+from ..common import figurecheck
+from ..common import io as tsio
+from ..workloads import mpc as M
+from ..common.checks import check_float, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError
 
 __all__ = ["PAPER", "OUTPUTS", "MEASURED", "RESOURCES", "PAPER_NUMBERS", "compare", "closed_loop_study", "runtime_study",
            "speedups", "FIGURES"]

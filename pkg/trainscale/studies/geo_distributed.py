@@ -18,12 +18,12 @@ The study here:
 * **Messages.** A boundary carries one micro-batch's activations forward and their gradients
   backward, each ``micro_batch * seq_len * hidden * 2`` bytes (bf16). Top-k compression with keep
   fraction ``r`` sends ``k (32 + ceil(log2 d))`` bits (``d`` the message's entries,
-  ``k = round(r d)``; :meth:`trainscale.compression.CompressorSpec.nominal_bits`).
-* **Links as resources.** The pipeline simulator (:func:`trainscale.pipeline.simulate_many`,
+  ``k = round(r d)``; :meth:`trainscale.training.compression.CompressorSpec.nominal_bits`).
+* **Links as resources.** The pipeline simulator (:func:`trainscale.model.pipeline.simulate_many`,
   1F1B) treats ``send`` as a pure delay, which would let a slow link carry any number of messages
   at once. Here each WAN link is a *relay* pseudo-device inserted between the two stages it
   joins: its forward op is the activation's serialisation time ``S / B`` and its backward op the
-  gradient's (:func:`trainscale.wallclock.transfer_time_s` with zero latency), so a link carries one
+  gradient's (:func:`trainscale.training.wallclock.transfer_time_s` with zero latency), so a link carries one
   message at a time, activations and gradients sharing it (half-duplex); the link's latency is
   the simulator's ``send`` delay from the relay to the next stage. The 1F1B warm-up counts the
   relays as devices, so more micro-batches are in flight over slow links (activation memory is
@@ -57,13 +57,15 @@ import xarray as xr
 import json
 from pathlib import Path
 
-from .. import comparison, convergence, figurecheck, pipeline, wallclock
-from .. import io as tsio
-from ..compression import CompressorSpec
-from ..io import provenance
-from ..checks import check_float as _check_float
-from ..checks import check_int as _check_int
-from ..specs import SpecError, resolve_model, resolve_system
+from ..common import comparison, figurecheck
+from ..training import convergence, wallclock
+from ..model import pipeline
+from ..common import io as tsio
+from ..training.compression import CompressorSpec
+from ..common.io import provenance
+from ..common.checks import check_float as _check_float
+from ..common.checks import check_int as _check_int
+from ..model.specs import SpecError, resolve_model, resolve_system
 from .pipeline_planning import pipeline_stage_times
 
 PAPER = ("Tang et al., FusionLLM: A Decentralized LLM Training System on Geo-distributed GPUs with Adaptive "
@@ -417,7 +419,7 @@ def draw_throughput(folder):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from .. import plotting
+    from ..common import plotting
 
     pipe, bw, title = _figure_setting(folder)
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
@@ -471,7 +473,7 @@ def draw_convergence(folder):
     target)."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     conv = tsio.read_dataset(Path(folder) / "compression_convergence.nc")
     fig, ax = plt.subplots(figsize=(6.0, 3.8))

@@ -11,7 +11,7 @@ number of bits per worker. The paper's results are theorems, so the comparison h
 qualitative: the floor's existence and its growth with heterogeneity.
 
 :func:`ist_vs_compression` runs, for every ``heterogeneity`` of a sweep, one least-squares problem
-(:func:`trainscale.convergence.make_problem`, ``sigma = 0`` so that with ``heterogeneity = 0`` every
+(:func:`trainscale.training.convergence.make_problem`, ``sigma = 0`` so that with ``heterogeneity = 0`` every
 worker's shard is interpolated by the same teacher) with ``full_batch=True`` through
 
 * ``gd``: uncompressed synchronous gradient descent (the reference);
@@ -52,12 +52,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, convergence, wallclock
-from .. import io as tsio
-from ..checks import check_float as _check_float
-from ..checks import check_int as _check_int
-from ..io import provenance
-from ..specs import SpecError
+from ..common import comparison
+from ..training import convergence, wallclock
+from ..common import io as tsio
+from ..common.checks import check_float as _check_float
+from ..common.checks import check_int as _check_int
+from ..common.io import provenance
+from ..model.specs import SpecError
 
 __all__ = ["METHODS", "PAPER", "OUTPUTS", "RESOURCES", "compare", "compressor_for", "ist_fixed_point",
            "ist_predicted_floor", "ist_vs_compression", "step_size", "draw_suboptimality_vs_steps",
@@ -368,7 +369,7 @@ def _curves(folder, x_var: str, xlabel: str, panel_heterogeneity: float, x_scale
     axis: values <= 0 are left out (not clipped to a floor), and the legend (right of the panels) says so."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, labels, title = _setting(folder)
     hets = ds["heterogeneity"].values

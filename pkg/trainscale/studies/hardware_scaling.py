@@ -1,6 +1,6 @@
 """hardware-scaling: Fernandez et al. 2024 (arXiv 2411.13055), Llama-2 models on growing GPU counts at a fixed
 global batch, comparing the paper's parallelisation strategies, each at its best plan found by the performance
-model's search (:func:`trainscale.perfmodel.search` over the strategy's plan space):
+model's search (:func:`trainscale.model.perfmodel.search` over the strategy's plan space):
 
 - ``fsdp``: fully sharded data parallelism (ZeRO-3 over all GPUs), PyTorch-FSDP flat layer gathers with
   prefetch overlap;
@@ -24,10 +24,11 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, perfmodel, validation
-from .. import io as tsio
-from ..io import provenance
-from ..specs import RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
+from ..common import comparison
+from ..model import perfmodel, validation
+from ..common import io as tsio
+from ..common.io import provenance
+from ..model.specs import RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
 
 PAPER = ("Fernandez et al., Hardware Scaling Trends and Diminishing Returns in Large-Scale Distributed Training "
          "(arXiv 2411.13055)")
@@ -265,12 +266,12 @@ def _series(runs) -> dict[tuple, list]:
 
 
 def published_scaling() -> xr.Dataset:
-    """The published scaling curves the project carries (:func:`trainscale.validation.measured_runs`: every
+    """The published scaling curves the project carries (:func:`trainscale.model.validation.measured_runs`: every
     series of one dataset, model, system and stack at one global batch (strong) or one batch per GPU (weak),
     measured at ``MIN_SERIES_POINTS`` or more GPU counts (:func:`_split`), each
     run with its published plan) against the performance model's prediction of the same runs: throughput per
     GPU relative to the series' smallest GPU count, measured and predicted (dim ``run``; ``series`` names the
-    curve). Where the runs were fitted (:data:`trainscale.validation.NOT_FITTED` says which were not), the
+    curve). Where the runs were fitted (:data:`trainscale.model.validation.NOT_FITTED` says which were not), the
     comparison is in-sample: it shows the shape of the curve, not a held-out test."""
     rows = []
     for key, runs in sorted(_series(validation.measured_runs(None)).items()):
@@ -354,7 +355,7 @@ def _scaling_figure(folder, var, *, scale=1.0, ylabel=None, logy=False, batch_ro
     batch_sweep.nc."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     data = tsio.read_dataset(Path(folder) / "hardware_scaling.nc")
     model_names = data["model"].values.tolist()
@@ -394,7 +395,7 @@ def _batch_panels(folder, axes, var, scale):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from .. import plotting
+    from ..common import plotting
 
     sweep = tsio.read_dataset(Path(folder) / "batch_sweep.nc")
     batches = sweep["global_batch_tokens"].values
@@ -457,7 +458,7 @@ def draw_allreduce_busbw(folder):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from .. import plotting
+    from ..common import plotting
 
     bw = tsio.read_dataset(Path(folder) / "allreduce_busbw.nc")
     system_names = bw["system"].values.tolist()

@@ -10,10 +10,10 @@ import xarray as xr
 
 from pathlib import Path
 
-from .. import comparison
-from .. import io as tsio
-from ..io import provenance
-from ..specs import SpecError, resolve_model
+from ..common import comparison
+from ..common import io as tsio
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_model
 
 PAPER = "Xu et al., HETHUB: A Distributed Training System with Heterogeneous Cluster for Large-Scale Models (arXiv 2405.16256)"
 OUTPUTS = ("mix.nc", "fraction_of_sum.png", "throughput.png", "layers_on_first.png")
@@ -30,7 +30,7 @@ def _mix_point(model, systems: Sequence[str], counts: tuple[int, int], bandwidth
                max_stages: int, link_latency_s: float) -> tuple[list[float], float, list[bool]]:
     """One mix: throughput of each approach, the share of layers on the first type and whether each part
     trains alone (an empty part counts as training alone, with 0)."""
-    from .. import hetero
+    from ..model import hetero
 
     tput = [float("nan")] * len(APPROACHES)
     groups = [{"name": f"g{k}", "system": s, "nodes": n} for k, (s, n) in enumerate(zip(systems, counts)) if n > 0]
@@ -169,7 +169,7 @@ _APPROACH_STYLES = {"mixed": ("C0", "-", "o", "mixed (planner)"), "even-split": 
 def system_label(system: str) -> str:
     """A catalog system's readable name for a legend or an axis: its accelerator (``dgx-v100`` ->
     ``V100-SXM2-32GB``); the key itself when the catalog does not know it."""
-    from ..specs import resolve_system
+    from ..model.specs import resolve_system
 
     try:
         return str(resolve_system(system).accelerator)
@@ -227,7 +227,7 @@ def draw_throughput(folder):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, first, second, title = _figure_setting(folder)
     share, tput = ds["fraction"].values, ds["tokens_per_s"]

@@ -9,11 +9,11 @@ passes through, for latency and throughput; they report no measurements. Borzuno
 settings, and the setup of its "14 real servers": 2x RTX 3060, 4x RTX 2080 Ti, 2x RTX 3090, 2x RTX A4000,
 4x RTX A5000 over 100-1000 Mbit/s links, 4 of them behind firewalls, clients of 8 CPU cores and no GPU. PETALS'
 router (bigscience-workshop/petals pull requests #358 and #362, their descriptions in the docs corpus): a shortest path over client-server
-latencies and compute costs, with a penalty for a server without cache room (:func:`trainscale.swarm.route_costs`).
+latencies and compute costs, with a penalty for a server without cache room (:func:`trainscale.workloads.swarm.route_costs`).
 The five GPUs are catalog entries with their datasheet sources (``data/systems.yaml``).
 
 **The paper's settings first** (:func:`petals_table`, ``petals.nc``): PETALS' placement and route, priced by
-:mod:`trainscale.swarm`, in each of Table 3's settings, the 14-server row on PETALS' real mix. Its two int8
+:mod:`trainscale.workloads.swarm`, in each of Table 3's settings, the 14-server row on PETALS' real mix. Its two int8
 parameters are fitted to the 1 Gbit/s A100 swarm's inference step and batch-64 forward pass; every other number
 is a prediction. What the paper does not state is swept and its range recorded (``our_low``, ``our_high``):
 for the 14 servers, which server has which link (spread evenly over 100-1000 Mbit/s: interleaved, strong GPUs
@@ -21,7 +21,7 @@ on the fast links, or on the slow ones), the order servers join (PETALS' placeme
 offloading, the host link.
 
 **The GA over client chains** (:func:`search_sweep`, ``search.nc``): NSGA-II over one client's chain on PETALS'
-placement (:func:`trainscale.swarm.chain_search`), against PETALS' router's chain, on the paper's mix and one
+placement (:func:`trainscale.workloads.swarm.chain_search`), against PETALS' router's chain, on the paper's mix and one
 knob at a time around it (swarm size and share of A5000s, both built from the paper's five GPUs; bandwidth;
 RTT), each case run with several GA seeds (``numpy.random.SeedSequence(seed).spawn``, one stream per run):
 the spread over seeds is in the dataset, the figures and the record.
@@ -37,12 +37,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import io as tsio
-from .. import swarm as W
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import SpecError
+from ..common import comparison
+from ..common import io as tsio
+from ..workloads import swarm as W
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "PETALS_MIX", "LINK_ORDERS", "JOIN_ORDERS", "compare",
            "petals_table", "search_sweep", "paper_mix", "mixed_swarm", "fitted_int8"]
@@ -216,7 +216,7 @@ def _case_swarm(knob: str, p: Mapping) -> tuple:
 def search_sweep(base: Mapping, sizes: Sequence[int], strong_shares: Sequence[float],
                  bandwidths_Mbps: Sequence[float], rtts_ms: Sequence[float], population: int = 40,
                  generations: int = 30, seed: int = 0, seeds: int = 5, max_points: int = 32) -> xr.Dataset:
-    """NSGA-II over one client's chain (:func:`trainscale.swarm.chain_search`) against PETALS' router's chain,
+    """NSGA-II over one client's chain (:func:`trainscale.workloads.swarm.chain_search`) against PETALS' router's chain,
     on PETALS' placement of the paper's mix ``base`` (bandwidth_Mbps, rtt_ms, link_order, join_order) and one
     knob at a time around it, each case with ``seeds`` GA runs (``SeedSequence(seed).spawn``, one stream per
     run). Per case: PETALS' chain's latency and pipelined forward throughput (batch 64); per case and seed: the

@@ -6,8 +6,8 @@ fast inside (100 Gb/s):
 
 * ``diloco``: synchronous DiLoCo (``convergence.run(method="local")``): ``H`` inner steps on every
   worker, then an all-reduce of the pseudo-gradients across all workers and an outer Nesterov step.
-  Wall-clock: :func:`trainscale.wallclock.local_timeline`, a round being the slowest worker's ``H``
-  steps plus :func:`trainscale.wallclock.two_level_allreduce_time_s` of one bf16 model (reduce-scatter
+  Wall-clock: :func:`trainscale.training.wallclock.local_timeline`, a round being the slowest worker's ``H``
+  steps plus :func:`trainscale.training.wallclock.two_level_allreduce_time_s` of one bf16 model (reduce-scatter
   inside each region, rings across regions). A ring runs at its slowest link, so the cross-region
   ring is priced on the slowest region's uplink.
 * ``async_local``: asynchronous local SGD with one global parameter server, placed in the region with
@@ -22,10 +22,10 @@ fast inside (100 Gb/s):
 
 The synthetic problem (``convergence.make_problem("two_layer", ...)``, shards non-IID across
 workers by ``heterogeneity``) stands in for the catalog ``model``: every optimiser step of a worker
-costs :func:`trainscale.wallclock.worker_step` (``model`` on ``gpus_per_worker`` GPUs of ``system``,
+costs :func:`trainscale.training.wallclock.worker_step` (``model`` on ``gpus_per_worker`` GPUs of ``system``,
 ``batch_per_worker`` sequences), divided by the worker's speed, and every message is the real model's
-``message_bytes`` (bf16) times :func:`trainscale.wallclock.compression_ratio` of the run (1 here:
-no compression). Energy: :func:`trainscale.wallclock.local_timeline` / ``event_timeline``.
+``message_bytes`` (bf16) times :func:`trainscale.training.wallclock.compression_ratio` of the run (1 here:
+no compression). Energy: :func:`trainscale.training.wallclock.local_timeline` / ``event_timeline``.
 
 Budget: every method processes the same number of examples: ``rounds`` DiLoCo rounds, i.e.
 ``rounds * workers`` messages of ``H`` inner steps for the asynchronous methods; every method is
@@ -46,13 +46,13 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck
-from .. import convergence as C
-from .. import io as tsio
-from .. import wallclock as wc
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import SpecError
+from ..common import comparison, figurecheck
+from ..training import convergence as C
+from ..common import io as tsio
+from ..training import wallclock as wc
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError
 
 __all__ = ["METHODS", "DEFAULTS", "PAPER", "OUTPUTS", "RESOURCES", "PAPER_SETTING", "build_setting",
            "halos_comparison", "bandwidth_sweep", "method_timing", "compare", "FIGURES", "draw_loss_vs_time",
@@ -231,7 +231,7 @@ def _best(ttt: np.ndarray, final: np.ndarray) -> tuple[int, int]:
 def halos_comparison(**parameters) -> xr.Dataset:
     """Loss vs wall-clock of synchronous DiLoCo, asynchronous local SGD and HALoS at each method's
     best (lr, outer_lr) of the grid; the grid's times to target; the to-target table
-    (:func:`trainscale.wallclock.to_target_table`) and the speed-ups of HALoS.
+    (:func:`trainscale.training.wallclock.to_target_table`) and the speed-ups of HALoS.
 
     Parameters: :data:`DEFAULTS` (keywords). Returns a Dataset over ``method``, ``round``, ``lr``,
     ``outer_lr``, ``worker`` and ``region``.

@@ -9,7 +9,7 @@ paper's ordering (a smaller saving on the A800) points to a link much faster tha
 The paper's setting is therefore modelled as ``rtx4090-pcie`` vs ``a800-sxm`` (an assumption, stated
 in the records); ``a800-pcie`` (the PCIe card, all-reduce over PCIe) is a labelled alternative.
 
-:func:`inference_overlap` prices, with :mod:`trainscale.inference`, the prefill of one model on
+:func:`inference_overlap` prices, with :mod:`trainscale.model.inference`, the prefill of one model on
 several systems for every tensor-parallel degree, prompt length and split ratio
 (ratio 0 or 1 is the serial execution), keeps the best split per configuration, adds the decode
 step for context (latency-bound all-reduces, nothing to split), and sweeps the all-reduce
@@ -28,12 +28,13 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, inference
-from .. import figurecheck
-from .. import io as tsio
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import SpecError, resolve_model, resolve_system
+from ..common import comparison
+from ..model import inference
+from ..common import figurecheck
+from ..common import io as tsio
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_model, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_SAVINGS", "PAPER_SYSTEMS", "compare", "inference_overlap", "FIGURES"]
 

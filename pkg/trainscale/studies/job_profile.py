@@ -18,12 +18,12 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import io as tsio
-from .. import jobprofile as J
-from ..checks import check_choice, check_float, check_int
-from ..io import provenance
-from ..specs import SpecError, resolve_system
+from ..common import comparison
+from ..common import io as tsio
+from ..workloads import jobprofile as J
+from ..common.checks import check_choice, check_float, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "decomposition", "overheads", "finetuning", "FIGURES"]
 
@@ -212,7 +212,7 @@ def finetuning(model, system, ranks: Sequence[int], targets: Sequence[str] = J.L
 def compare(folder) -> list[comparison.Record]:
     """Paper-vs-ours records from the saved datasets in ``folder``. Lawenda et al. state their findings as
     directions (their tables are for their own scripts and models, which we do not have): each record is a
-    ratio whose no-effect value is 1 (or a share), built with :func:`trainscale.comparison.directional`."""
+    ratio whose no-effect value is 1 (or a share), built with :func:`trainscale.common.comparison.directional`."""
     folder = Path(folder)
     dec = tsio.read_dataset(folder / "decomposition.nc")
     ovh = tsio.read_dataset(folder / "overheads.nc")

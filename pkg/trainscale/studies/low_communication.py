@@ -14,17 +14,17 @@ compressed pseudo-gradients. :func:`low_communication` prices the same four meth
   with error feedback).
 
 Statistical side: every method trains the same synthetic problem (a two-layer tanh network fitted
-to a non-IID teacher, :func:`trainscale.convergence.make_problem`), which stands in for the real
+to a non-IID teacher, :func:`trainscale.training.convergence.make_problem`), which stands in for the real
 model; every method sees the same tokens per step, so the loss curves compare them at equal tokens.
 
 Wall-clock side: each of the ``clusters`` workers of the synthetic run is one cluster of
 ``gpus_per_cluster`` GPUs of ``system`` holding one replica of ``model`` (tensor parallelism inside
 a node, pipeline parallelism across the cluster's nodes), ``batch_per_cluster`` sequences per
-step, priced by :func:`trainscale.wallclock.worker_step`. The clusters exchange
+step, priced by :func:`trainscale.training.wallclock.worker_step`. The clusters exchange
 ``message_bytes * compression_ratio(run)`` bytes (bf16 gradients of the real model, scaled by the
 bits the synthetic run actually sent) with a ring all-reduce over the inter-cluster link
-(:func:`trainscale.wallclock.allreduce_time_s`), every step (``allreduce``) or every round
-(DiLoCo); :func:`trainscale.wallclock.sync_timeline` and :func:`~trainscale.wallclock.local_timeline`
+(:func:`trainscale.training.wallclock.allreduce_time_s`), every step (``allreduce``) or every round
+(DiLoCo); :func:`trainscale.training.wallclock.sync_timeline` and :func:`~trainscale.training.wallclock.local_timeline`
 turn the runs into wall-clock time (delayed rounds: ``max(H compute, comm)`` after the first).
 
 Mapping: one synthetic optimiser step is one real optimiser step, so after ``s`` steps the real
@@ -42,11 +42,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, convergence, wallclock
-from .. import io as tsio
-from ..checks import check_float, check_int
-from ..io import provenance
-from ..specs import SpecError, resolve_model, resolve_system
+from ..common import comparison
+from ..training import convergence, wallclock
+from ..common import io as tsio
+from ..common.checks import check_float, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_model, resolve_system
 
 __all__ = ["COMPRESSORS", "METHODS", "PAPER", "OUTPUTS", "RESOURCES", "compare", "low_communication", "method_runs",
            "FIGURES", "draw_tokens_per_s", "draw_loss_vs_tokens", "draw_loss_vs_time"]
@@ -282,7 +283,7 @@ def draw_tokens_per_s(folder):
     """Throughput of each method against the inter-cluster bandwidth (log-log)."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, labels, title = _figure_setting(folder)
     bw = ds["bandwidth_GBps"].values
@@ -302,7 +303,7 @@ def draw_loss_vs_tokens(folder):
     highest final loss) dotted."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, labels, title = _figure_setting(folder)
     fig, ax = plt.subplots(figsize=(6.2, 4.0))
@@ -320,7 +321,7 @@ def draw_loss_vs_time(folder):
     with the paper (1 Gb/s, or the swept bandwidth nearest it: the one :func:`compare` reads)."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, labels, _ = _figure_setting(folder)
     rep = _paper_bandwidth(ds["bandwidth_GBps"].values)

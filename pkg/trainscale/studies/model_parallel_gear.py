@@ -6,8 +6,8 @@ Gear training lets part ``p`` of a model-parallel network change only every ``k_
 expensive synchronise less often. The paper publishes no numbers that could be found: every setting here is the
 project's own, and the records give directions only.
 
-Here (:mod:`trainscale.gear`): (1) a real run in Numba of a generated regression learnt by a 4-part tanh
-network (documented in :func:`trainscale.gear.make_problem`; widths 16-32-32-16-1, 4,096 training and 1,024
+Here (:mod:`trainscale.workloads.gear`): (1) a real run in Numba of a generated regression learnt by a 4-part tanh
+network (documented in :func:`trainscale.workloads.gear.make_problem`; widths 16-32-32-16-1, 4,096 training and 1,024
 held-out examples, mini-batches of 16), by synchronous SGD, gear training with several period vectors and
 asynchronous SGD with several delays, all from the same start on the same mini-batches, the learning rate
 swept; (2) the wall time per step of each method from the performance model (the same network deployed
@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import gear as G
-from .. import io as tsio
-from ..checks import check_float, check_floats, check_int, check_ints
-from ..io import provenance
-from ..specs import SpecError, resolve_system
+from ..common import comparison
+from ..workloads import gear as G
+from ..common import io as tsio
+from ..common.checks import check_float, check_floats, check_int, check_ints
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "methods", "walltime_study", "training_study",
            "loss_at_budget", "FIGURES", "draw_convergence", "draw_equal_time", "draw_staleness"]

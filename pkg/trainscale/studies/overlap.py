@@ -6,7 +6,7 @@ The paper runs GPT and Llama models data-parallel on 4 GPUs (A100, H100, MI250, 
 compares each step executed sequentially, overlapped, and in an ideal overlap whose compute is as
 fast as alone: overlapped compute is 18.9% slower on average (up to 40%), and sequential execution
 is still 10.2% slower than overlapped (up to 26.6%). Here the same three modes come from the
-contention model of :mod:`trainscale.overlap` for FSDP-style sharded data parallelism (ZeRO-3 with
+contention model of :mod:`trainscale.model.overlap` for FSDP-style sharded data parallelism (ZeRO-3 with
 prefetch, the common way to overlap for models of this size, priced as the ``fsdp`` stack runs it) on 4 GPUs of one node, by model,
 accelerator, precision and power cap; and the contention slowdown against the collective's message
 size. The paper's numbers are comparison targets only: nothing here is fitted to them.
@@ -22,21 +22,14 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison
-from .. import figurecheck
-from .. import io as tsio
-from .. import overlap as ov
-from .. import perfmodel
-from ..checks import check_choice, check_floats, check_int
-from ..io import provenance
-from ..specs import (
-    RECOMPUTE_MODES,
-    PlanSpec,
-    RunSpec,
-    SpecError,
-    resolve_model,
-    resolve_system,
-)
+from ..common import comparison
+from ..common import figurecheck
+from ..common import io as tsio
+from ..model import overlap as ov
+from ..model import perfmodel
+from ..common.checks import check_choice, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import RECOMPUTE_MODES, PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "PAPER_SYSTEMS", "compare", "message_size_sweep",
            "overlap_study", "plan_for", "FIGURES"]
@@ -321,7 +314,7 @@ def draw_step_time(folder):
     per model, for every accelerator and precision; points whose model does not fit are marked, not drawn."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, full, points = _figure_data(folder)
     setting = json_parameters(ds)
@@ -378,7 +371,7 @@ def draw_power_cap(folder):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from .. import plotting
+    from ..common import plotting
 
     ds, _, _ = _figure_data(folder)
     fits_all = [m for m in ds["model"].values.tolist()
@@ -430,7 +423,7 @@ def draw_message_size(folder):
     and HBM shares the collective takes, per accelerator (and precision)."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     sweep = tsio.read_dataset(Path(folder) / "message_size.nc")
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))

@@ -3,7 +3,7 @@
 Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 Megatron-LM" (SC21), combine tensor parallelism inside a DGX A100 node, pipeline parallelism
 across nodes and data parallelism (PTD-P). Two of their results are reproduced here with the
-performance model (:mod:`trainscale.perfmodel`):
+performance model (:mod:`trainscale.model.perfmodel`):
 
 * Table 2 / Fig. 10 (Sec. 5.2): at a fixed global batch, doubling the GPU count keeps PTD-P's
   per-GPU throughput nearly flat, while ZeRO-3 without model parallelism loses about half of its
@@ -15,7 +15,7 @@ performance model (:mod:`trainscale.perfmodel`):
   gives the highest throughput.
 
 :func:`strategy_scaling` searches the best plan of each strategy (:func:`strategy_space`) at each
-GPU count ``base_gpus * 2**k`` (``k < doublings``) with :func:`trainscale.perfmodel.search`:
+GPU count ``base_gpus * 2**k`` (``k < doublings``) with :func:`trainscale.model.perfmodel.search`:
 
 * ``ptd-p``: tensor parallelism within the node (powers of two up to the GPUs per node),
   pipeline parallelism across nodes (any degree dividing the GPU count that is a power of two or
@@ -31,7 +31,7 @@ recomputation, no FlashAttention, no sequence parallelism, the data-parallel red
 backward pass (not overlapped; ZeRO-3 excepted, whose DeepSpeed defaults prefetch and overlap), the backward's
 tensor-parallel all-reduces not overlapped (:data:`PAPER_TP_ASYNC_BACKWARD`) - the
 settings under which the published runs are validated
-(:mod:`trainscale.validation`). Throughput is reported as the paper does, in hardware TFLOP/s per
+(:mod:`trainscale.model.validation`). Throughput is reported as the paper does, in hardware TFLOP/s per
 GPU (Megatron's eq. 3 counts the recomputed forward pass).
 
 :func:`tp_pp_sweep` prices every (tp, pp) pair of powers of two on a fixed GPU count (dp fills
@@ -48,12 +48,13 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, perfmodel
-from .. import io as tsio
-from ..checks import check_choice, check_int
-from ..io import provenance
-from ..specs import ModelSpec, PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
-from ..validation import published_runs
+from ..common import comparison
+from ..model import perfmodel
+from ..common import io as tsio
+from ..common.checks import check_choice, check_int
+from ..common.io import provenance
+from ..model.specs import ModelSpec, PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
+from ..model.validation import published_runs
 
 STRATEGIES = ("ptd-p", "ptd-p-node-tp", "zero-3")
 
@@ -514,7 +515,7 @@ def draw_tflops_vs_gpus(folder):
     scaling)."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     ds = tsio.read_dataset(Path(folder) / "strategies.nc")
     names = ds["model"].values.tolist()
@@ -548,7 +549,7 @@ def draw_tp_pp_heatmap(folder):
     GPUs (the paper's Fig. 13 comparison); thick orange frame and star: the best of those."""
     import matplotlib.pyplot as plt
 
-    from .. import plotting
+    from ..common import plotting
 
     sweep = tsio.read_dataset(Path(folder) / "tp_pp_sweep.nc")
     tps, pps = sweep["tp"].values, sweep["pp"].values

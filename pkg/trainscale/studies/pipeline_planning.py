@@ -10,10 +10,11 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck, perfmodel
-from .. import io as tsio
-from ..io import provenance
-from ..specs import RECOMPUTE_MODES, PlanSpec, SpecError, resolve_model, resolve_system
+from ..common import comparison, figurecheck
+from ..model import perfmodel
+from ..common import io as tsio
+from ..common.io import provenance
+from ..model.specs import RECOMPUTE_MODES, PlanSpec, SpecError, resolve_model, resolve_system
 
 PAPER = "Fan et al., DAPPLE: A Pipelined Data Parallel Approach for Training Large Models (PPoPP 2021, arXiv 2007.01045)"
 OUTPUTS = ("schedules.nc", "timelines.nc", "planner.nc", "memory_limited.nc", "gantt.png",
@@ -33,7 +34,7 @@ SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 def pipeline_stage_times(model, system, pp: int, tp: int = 8, interleave: int = 1, micro_batch: int = 1,
                          recompute: str = "full", flash_attention: bool = False) -> dict:
     """Per-virtual-stage times of the pipeline alone (dp = 1) for the schedules study, from
-    :func:`trainscale.perfmodel.pipeline_stage_times`."""
+    :func:`trainscale.model.perfmodel.pipeline_stage_times`."""
     plan = PlanSpec(tp=tp, pp=pp, dp=1, interleave=interleave, micro_batch=micro_batch, global_batch=micro_batch * pp,
                     recompute=recompute, sequence_parallel=tp > 1, flash_attention=flash_attention)
     return perfmodel.pipeline_stage_times(model, system, plan)
@@ -44,7 +45,7 @@ def pipeline_schedules(model, system, pp: int, micro_batches: Sequence[int], tp:
     """Throughput and peak activation memory of GPipe, 1F1B, interleaved 1F1B and ZB-H1 for one
     model on a ``pp``-stage pipeline of ``tp``-way tensor-parallel nodes, by micro-batch count;
     and the timeline of each schedule at ``gantt_micro_batches`` (for Gantt charts)."""
-    from .. import pipeline
+    from ..model import pipeline
 
     model, system = resolve_model(model), resolve_system(system)
     for m in micro_batches:
@@ -121,7 +122,7 @@ def _static_memory_gib(model, system, plan: PlanSpec) -> float:
 
 def _schedule_point(model, system, plan: PlanSpec, schedule: str) -> tuple[float, float]:
     """(tokens/s, peak memory GiB of the most loaded GPU) of one schedule at one plan."""
-    from .. import pipeline
+    from ..model import pipeline
 
     st = perfmodel.pipeline_stage_times(model, system, plan)
     micro_batches = plan.global_batch // plan.micro_batch
@@ -188,7 +189,7 @@ def best_fitting(ds: xr.Dataset) -> xr.Dataset:
 
 
 def _single_group(system, nodes: int, scale_out_GBps_per_node: float):
-    from .. import hetero
+    from ..model import hetero
 
     base = resolve_system(system)
     sys_over = {"name": base.name, "scale_out_GBps_per_gpu": scale_out_GBps_per_node / base.gpus_per_node}
@@ -201,7 +202,7 @@ PLANNER_APPROACHES = ("planner", "pipedream", "data-parallel", "even-pipeline")
 def _planner_row(p, model, nodes: int, global_batch: int, max_stages: int) -> list:
     """(plan or None) of each approach on one problem: DAPPLE's planner (the exact optimum of the synchronous
     step), PipeDream's planner on the same plans and costs, one replica per node, one evenly split pipeline."""
-    from .. import hetero
+    from ..model import hetero
 
     dp_only = hetero.evaluate(p, nodes, [0], [model.layers]) if global_batch % nodes == 0 else None
     stages = min(nodes, max_stages, model.layers)
@@ -215,7 +216,7 @@ def pipeline_planner(model, system, nodes: int, global_batches: Sequence[int], b
     planner (the same plans and costs, balanced for the asynchronous steady state: ``hetero.plan_pipedream``),
     data parallelism alone (one node per replica, if the model fits) and one pipeline over all nodes with the
     layers split evenly; by global batch (the micro-batches per replica) and network bandwidth per node."""
-    from .. import hetero
+    from ..model import hetero
 
     model = resolve_model(model)
     batches = [int(b) for b in global_batches]
@@ -365,7 +366,7 @@ def draw_memory_vs_throughput(folder):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullLocator
 
-    from .. import plotting
+    from ..common import plotting
 
     ds = tsio.read_dataset(Path(folder) / "schedules.nc")
     setting = json.loads(ds.attrs["parameters"])
@@ -402,7 +403,7 @@ def draw_planner(folder):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, NullLocator
 
-    from .. import plotting
+    from ..common import plotting
 
     pl = tsio.read_dataset(Path(folder) / "planner.nc")
     params = json.loads(pl.attrs["parameters"])
@@ -441,7 +442,7 @@ def draw_memory_limited(folder):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullLocator
 
-    from .. import plotting
+    from ..common import plotting
 
     lim = tsio.read_dataset(Path(folder) / "memory_limited.nc")
     best = best_fitting(lim)

@@ -18,7 +18,7 @@ were not reachable here); DRPruning's code (github hexuandeng/DRPruning at ac442
 (monolingual), is quoted from that summary ("surpasses Sheared LLaMA by -5.59% PPL and +2.95% on downstream tasks in
 monolingual and multilingual settings, respectively"), not from the paper's table.
 
-Here training is **modelled, not run** (:mod:`trainscale.pruning`): per-domain loss curves with uneven
+Here training is **modelled, not run** (:mod:`trainscale.workloads.pruning`): per-domain loss curves with uneven
 pruning damage, anchored at Sheared-LLaMA's reference losses; every mix (fixed, DRPruning with a static or its
 dynamic reference, DBL from the same start mix, DBL from Sheared-LLaMA's continued-pretraining start mix) spends
 the same tokens; the curves' exponent, the damage's size and unevenness, rho and the steps between mix updates are
@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck, inference
-from .. import io as tsio
-from .. import pruning as P
-from ..checks import check_float, check_floats, check_int
-from ..io import provenance
-from ..specs import SpecError
+from ..common import comparison, figurecheck
+from ..model import inference
+from ..common import io as tsio
+from ..workloads import pruning as P
+from ..common.checks import check_float, check_floats, check_int
+from ..common.io import provenance
+from ..model.specs import SpecError
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "FIGURES", "compare", "mixing_study", "inference_costs"]
 
@@ -65,7 +66,7 @@ def _attrs(da, units, long_name):
 def mixing_study(size: str = "1.3b", alphas: Sequence[float] = (0.3,), damages: Sequence[float] = (1.0,),
                  unevenness: Sequence[float] = (0.5,), rhos: Sequence[float] = (PAPER_RHO,), tokens: float = 50e9,
                  steps: int = 200, margin: float = 0.05, intervals: Sequence[int] = (1,)) -> xr.Dataset:
-    """Every mixing method of :data:`trainscale.pruning.METHODS` on the modelled curves for every (alpha, damage,
+    """Every mixing method of :data:`trainscale.workloads.pruning.METHODS` on the modelled curves for every (alpha, damage,
     unevenness, rho, interval): per-domain loss over the tokens and the sampling mix (every ``steps //
     STORED_POINTS`` steps), the reference each method measured excess against at the end, and the summary
     (worst-domain excess, mean loss at the start mix) from the last step."""

@@ -31,8 +31,8 @@ unknown here: every setting below is the project's own and labelled so, and the 
 throughput over DMAML, its scaling efficiency, the network and I/O optimizations' shares) are "not tested", each
 saying what it needs (:data:`NEEDS_FULL_TEXT`).
 
-Here (:mod:`trainscale.metarec`): (1) a real first-order MAML run in Numba on generated per-task data (4 fields
-of 500 rows, dimension 8, one hidden layer of 16; documented in :func:`trainscale.metarec.make_problem`), in
+Here (:mod:`trainscale.workloads.metarec`): (1) a real first-order MAML run in Numba on generated per-task data (4 fields
+of 500 rows, dimension 8, one hidden layer of 16; documented in :func:`trainscale.workloads.metarec.make_problem`), in
 both schedules, whose parameters must agree to 1e-12 after every step, with the rows each all-to-all exchanges
 counted; (2) meta-training against training without the inner loop, judged on held-out (cold-start) tasks;
 (3) throughput and scaling efficiency of both schedules against GPUs, table size, embedding dimension and
@@ -50,12 +50,12 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck
-from .. import io as tsio
-from .. import metarec as M
-from ..checks import check_float, check_int, check_ints
-from ..io import provenance
-from ..specs import SpecError, resolve_system
+from ..common import comparison, figurecheck
+from ..common import io as tsio
+from ..workloads import metarec as M
+from ..common.checks import check_float, check_int, check_ints
+from ..common.io import provenance
+from ..model.specs import SpecError, resolve_system
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "PAPER_NUMBERS", "compare", "problem_parameters", "equivalence_study",
            "training_study", "scaling_study", "FIGURES"]
@@ -193,7 +193,7 @@ def scaling_study(system: str = "dgx-a100-80gb", gpus: Sequence[int] = (1, 8, 64
                   hidden: int = 256, tasks_per_gpu: int = 64, support: int = 32, query: int = 32, inner_steps: int = 1,
                   bytes_per_value: int = 4, bandwidths_GBps: Sequence[float] = (3.125,), reference_gpus: int = 64,
                   reference_rows: int = 10**6, reference_dim: int = 64) -> xr.Dataset:
-    """Step time, throughput and scaling efficiency of both schedules (:func:`trainscale.metarec.step_time`)
+    """Step time, throughput and scaling efficiency of both schedules (:func:`trainscale.workloads.metarec.step_time`)
     over GPUs, rows per table, embedding dimension and scale-out bandwidth (the catalog system's own always
     included); the hybrid's speed-up over data-parallel and the crossover GPU count. The reference point of the
     comparison (``reference_gpus``, ``reference_rows``, ``reference_dim``, catalog bandwidth) must be in the grid."""

@@ -13,10 +13,10 @@ declares
 * optionally ``MEASURED``: those of ``OUTPUTS`` that hold wall-clock timings of the machine that ran it
   (distributed-mpc's speed-ups are measured side by side in one run, as its paper's are): they differ from run
   to run, so the byte-identical rerun test leaves them out; every other output regenerates byte for byte;
-* ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.comparison`) from the saved datasets;
+* ``compare(folder)``: its paper-vs-ours records (:mod:`trainscale.common.comparison`) from the saved datasets;
 * ``FIGURES`` (if it has figures): ``{file name: draw(folder) -> matplotlib Figure}`` for every PNG of its
   ``OUTPUTS``, each drawn from the saved datasets alone (the notebook saves what it returns): ``trainscale verify``
-  redraws each from the committed datasets, checks it (:mod:`trainscale.figurecheck`) and that the committed PNG
+  redraws each from the committed datasets, checks it (:mod:`trainscale.common.figurecheck`) and that the committed PNG
   is its bytes. A figure drawn only in the notebook is refused: it could show what no saved dataset holds.
 
 From these, ``workflow/rules/studies.smk`` generates one rule per study (outputs: ``OUTPUTS`` plus
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
-from ..comparison import RECORDS_FILE
+from ..common.comparison import RECORDS_FILE
 
 __all__ = ["StudyInfo", "module_name", "load", "load_all", "validate_config", "check_notebook_parameters",
            "ConfigError", "injected_parameter_names"]

@@ -5,7 +5,7 @@ The survey reviews distributed training, inference, fine-tuning and deployment o
 and sorts the literature into six focus areas of decentralization. It has no numbers to reproduce. This study
 draws the map of the project against it: the survey's areas (the four stages crossed with the focus areas,
 each with its techniques) against every study of the project and the techniques each models, read from the
-documented data file ``trainscale/data/survey_map.yaml`` (checked by :func:`trainscale.surveymap.load_map`:
+documented data file ``trainscale/data/survey_map.yaml`` (checked by :func:`trainscale.studies.surveymap.load_map`:
 a name that is not a study of the project, or a study missing from the map, is a one-line error), with the
 gaps (areas and techniques no study models) shown. Its record is the coverage, not a reproduction.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import comparison, figurecheck, plotting
-from .. import io as tsio
-from .. import surveymap
-from ..io import provenance
+from ..common import comparison, figurecheck, plotting
+from ..common import io as tsio
+from . import surveymap
+from ..common.io import provenance
 
 __all__ = ["PAPER", "OUTPUTS", "RESOURCES", "compare", "survey_map_study", "gaps"]
 
@@ -37,7 +37,7 @@ PAPER_SETTING = ("a survey (no experiments): distributed training, inference, fi
 
 
 def survey_map_study(map_file: str | Path | None = None) -> xr.Dataset:
-    """The coverage dataset (:func:`trainscale.surveymap.coverage_dataset`) of the checked map ``map_file``
+    """The coverage dataset (:func:`trainscale.studies.surveymap.coverage_dataset`) of the checked map ``map_file``
     (default: the package's), with the file's name and contents' provenance."""
     smap = surveymap.load_map(map_file)
     ds = surveymap.coverage_dataset(smap)

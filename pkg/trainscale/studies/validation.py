@@ -1,17 +1,17 @@
 """validation: the performance model against measured training runs (no paper effect: the model's accuracy).
 
-The dataset (:func:`trainscale.validation.validation_dataset`) holds one predicted and one measured value per
+The dataset (:func:`trainscale.model.validation.validation_dataset`) holds one predicted and one measured value per
 published run. :func:`compare` turns it into one record per dataset: the model's mean absolute percentage
 error against the accuracy target set for it (issue 10: published runs <= 5%, vTrain multi-node <= 6%, vTrain
 single-node <= 12%, the Hopper/Blackwell public runs <= 8%). The error judged is the honest one: for a
 dataset used in the fit, the error when that dataset is left out of the fit (cross-validation); for a dataset
 never fitted, its error as is. A second record per dataset with runs whose source leaves a knob blank
-(``searched.nc``, :func:`trainscale.validation.searched_dataset`) judges the planner's question against the same
+(``searched.nc``, :func:`trainscale.model.validation.searched_dataset`) judges the planner's question against the same
 target: the MAPE of the best plan when only those knobs are searched. For a dataset used in the fit that error is
 in-sample (the calibration is the one fitted on these runs with the knobs at their defaults, or as run where another
 source (the authors' scripts) or the code the source names gives them), so its record is labelled in-sample and
 carries no verdict ("not tested"): a left-out search would need a calibration refitted per dataset and the search
-rerun. For a dataset never fitted (:data:`trainscale.validation.NOT_FITTED`) the same search is out of sample, so
+rerun. For a dataset never fitted (:data:`trainscale.model.validation.NOT_FITTED`) the same search is out of sample, so
 its record is labelled held out and judged against the target like the dataset's own record.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import comparison
-from .. import io as tsio
-from ..validation import NOT_FITTED, SEPARATE_FITTED, searched_summary
+from ..common import comparison
+from ..common import io as tsio
+from ..model.validation import NOT_FITTED, SEPARATE_FITTED, searched_summary
 
 PAPER = ("Narayanan et al. 2021 (Megatron-LM PTD-P, arXiv 2104.04473); Korthikanti et al. 2022 (arXiv 2205.05198); "
          "Bang et al., vTrain (MICRO 2024, arXiv 2312.12391); public NeMo, Megatron-Core, FSDP and "
@@ -43,7 +43,7 @@ WORST_TARGET = 0.15
 
 
 def _separate_sets_sharing(name: str, ds) -> list[str]:
-    """The separately fitted sources (:data:`~trainscale.validation.SEPARATE_FITTED`) other than ``name``
+    """The separately fitted sources (:data:`~trainscale.model.validation.SEPARATE_FITTED`) other than ``name``
     with runs of a stack and generation that ``name`` has: left out, ``name`` still leans on them."""
     def kinds(dataset):
         runs = ds["dataset"].values == dataset
@@ -78,7 +78,7 @@ def _dataset_record(name: str, part, sharing: list[str] = ()) -> comparison.Reco
 
 
 def _searched_record(name: str, row) -> comparison.Record:
-    """The record of one dataset's row of :func:`trainscale.validation.searched_summary`. For a fitted dataset it is
+    """The record of one dataset's row of :func:`trainscale.model.validation.searched_summary`. For a fitted dataset it is
     labelled in-sample, with no verdict ("not tested"): the calibration the search runs under was fitted on these
     runs, so its error cannot be judged against the target beside the cross-validated ones (issue 37, item 5). For
     a dataset never fitted the search is out of sample: labelled held out and judged against the target."""
@@ -165,7 +165,7 @@ def _runs_where(data, coord, value):
 def error_guides(ax):
     """Zero, and dashed / dotted lines at +-10% and +-20% relative error, on a horizontal bar chart in %: guides
     the axis label and the legend explain, not series."""
-    from .. import figurecheck
+    from ..common import figurecheck
 
     for limit, style in ((10, "--"), (20, ":")):
         for sign in (-1, 1):

@@ -53,7 +53,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3
 	@echo "compiling the Numba kernels into $$($(PY) -c 'import trainscale.kernels as k; print(k.cache_base())') (once; a first predict or search then answers in seconds)"
 	$(VENV)/bin/trainscale predict examples/runs.yaml >/dev/null
-	$(PY) -c "from trainscale.model import perfmodel; perfmodel.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
+	$(PY) -c "from trainscale.model import planner; planner.search('llama2-7b', 'dgx-h100', gpus=16, global_batch=32, top=1)"
 	touch $@
 
 # The tests build the documentation site too, so they install its toolchain (requirements-docs.txt) first.

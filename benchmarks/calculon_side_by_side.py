@@ -23,7 +23,7 @@ and the best kept, for its optimum and for ours alike.
    every dimension, ``p2p_rs_ag``, ``seq_par_ag_redo``, overlap and offload options) and would run far longer
    on one core; its execution count (``-d``) is printed, with the time it would take at the rate measured, and
    with ``CALCULON_NATIVE=1`` it is run too (one worker, ``-v CRITICAL``, ``--mbs-break``; minutes).
-2. ``perfmodel.search`` over the same space: warm (a second call in this process), fresh (a new process with the
+2. ``planner.search`` over the same space: warm (a second call in this process), fresh (a new process with the
    Numba cache filled: interpreter start, imports and the search) and cold (a new process with an empty Numba
    cache: JIT compilation as well).
 3. Our best plan written as a Calculon execution and priced by Calculon (best placement), then by
@@ -205,9 +205,9 @@ def trainscale_space() -> dict:
 
 
 def trainscale_search():
-    from trainscale.model import perfmodel
+    from trainscale.model import planner
 
-    return perfmodel.search(TS_MODEL, TS_SYSTEM, GPUS, GLOBAL_BATCH, top=1, space=trainscale_space())[1][0]
+    return planner.search(TS_MODEL, TS_SYSTEM, GPUS, GLOBAL_BATCH, top=1, space=trainscale_space())[1][0]
 
 
 COLD = """

@@ -14,7 +14,7 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
   layers): plans in the space, plans priced, and priced plans per second (best of 3).
 * plain-Python reference: ~2000 random plans of the same space, evaluated one at a time by the
   same kernels with JIT disabled, in a subprocess.
-* search: ``perfmodel.search`` for the same case in a fresh process with an empty Numba cache, so
+* search: ``planner.search`` for the same case in a fresh process with an empty Numba cache, so
   the time includes interpreter start, imports and JIT compilation (``search_gpt3_4096_s``), then in another
   fresh process with the cache the first one filled (``search_gpt3_4096_warm_cache_s``: a new shell after
   ``make setup``).
@@ -69,7 +69,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trainscale.model import perfmodel, pipeline, validation
+from trainscale.model import grid, perfmodel, pipeline, validation
+
+from trainscale.model import planner
 from trainscale.kernels import layout as K
 from trainscale.kernels.grid import evaluate_grid as grid_kernel
 from trainscale.model.specs import resolve_model, resolve_system
@@ -94,7 +96,7 @@ def agreement(name: str, worst: float, failures: list, what: str, tol: float = 1
 REFERENCE = r"""
 import json, sys, time
 import numpy as np
-from trainscale import perfmodel
+from trainscale.model import grid, perfmodel
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs
 from trainscale.kernels.grid import grid_plan_costs
@@ -104,7 +106,7 @@ job = json.load(open(sys.argv[1]))
 model, system = resolve_model(job["model"]), resolve_system(job["system"])
 mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
 calib = perfmodel.calibration_vector(system.generation)
-axes = [perfmodel._axis(job["space"][n], n) for n in perfmodel.GRID_AXES]
+axes = [grid._axis(job["space"][n], n) for n in perfmodel.GRID_AXES]
 gpus, gb = job["gpus"], job["global_batch"]
 idx = np.load(sys.argv[2])
 out = np.empty((idx.shape[0], K.O_SIZE))
@@ -123,8 +125,8 @@ print(json.dumps({"seconds": elapsed}))
 SEARCH = r"""
 import json, sys, time
 start = time.perf_counter()
-from trainscale import perfmodel
-grid, ranked = perfmodel.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), top=5)
+from trainscale.model import planner
+grid, ranked = planner.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), top=5)
 elapsed = time.perf_counter() - start
 print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best": ranked[0] if ranked else None}))
 """
@@ -134,7 +136,7 @@ print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best":
 # default space): the whole command, interpreter start to the printed table, as a user runs it
 SEARCH_COMMAND = r"""
 import contextlib, io, json, resource, sys
-from trainscale import cli
+from trainscale.interface import cli
 space = json.loads(sys.argv[1])
 cli.search_space = lambda *args, **kwargs: space
 with contextlib.redirect_stdout(io.StringIO()) as out:
@@ -157,7 +159,7 @@ def lean_space(model, system) -> dict:
 
 
 def search_lean_section(failures: list) -> None:
-    """The search in one pass (issue 38 item 5; targets on 2 cores in brackets): ``perfmodel.search`` over the
+    """The search in one pass (issue 38 item 5; targets on 2 cores in brackets): ``planner.search`` over the
     5.6-million-plan :func:`lean_space` warm in the process (best of 3, <= 1.0 s) and as the whole ``trainscale
     search`` command in a fresh process with the Numba cache warm (best of 3, <= 1.8 s) and empty (a temporary
     cache, removed after; <= 10 s); the peak resident memory of the command over the 11.3-million-plan
@@ -168,11 +170,11 @@ def search_lean_section(failures: list) -> None:
 
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     space = lean_space(model, system)
-    perfmodel.search(model, system, GPUS, GLOBAL_BATCH, top=5, space=space)  # compile / load the cache
+    planner.search(model, system, GPUS, GLOBAL_BATCH, top=5, space=space)  # compile / load the cache
     best = math.inf
     for _ in range(3):
         t0 = time.perf_counter()
-        summary, _ = perfmodel.search(model, system, GPUS, GLOBAL_BATCH, top=5, space=space)
+        summary, _ = planner.search(model, system, GPUS, GLOBAL_BATCH, top=5, space=space)
         best = min(best, time.perf_counter() - t0)
     bench("search_plans", summary.attrs["space_size"], "plans")
     bench("search_warm_in_process_s", best, "s")
@@ -316,7 +318,7 @@ def main() -> int:
         failures.append("space too small")
 
     # --- grid throughput: the kernel alone, then the Dataset-building wrapper users call
-    arrays = [perfmodel._axis(full[name], name) for name in perfmodel.GRID_AXES]
+    arrays = [grid._axis(full[name], name) for name in perfmodel.GRID_AXES]
     calib = perfmodel.calibration_vector(system.generation)
     kernel_args = (perfmodel.model_vector(model), perfmodel.system_vector(system), calib, GPUS, GLOBAL_BATCH,
                    *arrays)
@@ -580,7 +582,7 @@ CURTAIL_DAYS, CURTAIL_REF_DAYS = 28, 2  # simulated trace lengths: jitted, and p
 CURTAIL_JOB = r"""
 import json, sys, time
 import numpy as np
-from trainscale import curtailment as C
+from trainscale.workloads import curtailment as C
 job = json.loads(sys.argv[1])
 trace = C.generate_traces(days=job["days"], seed=job["seed"])
 t0 = time.perf_counter()

@@ -327,7 +327,7 @@ def test_search_with_the_published_plan_fixed_reproduces_megatron_table_1(capsys
     """Narayanan et al. 2021 Table 1 publishes tp, pp and dp; micro-batch and interleaving are not
     published, so they are searched, with the 2021 code's synchronous backward. The best such plan is
     optimistic by construction; within 15% on average and 20% at worst (4.2% and 6.9% at present;
-    validation.searched_dataset, which also keeps the smaller runs' DDP overlap, gives 4.9% and 7.0%)."""
+    searched.searched_dataset, which also keeps the smaller runs' DDP overlap, gives 4.9% and 7.0%)."""
     from trainscale.model import validation
 
     errors = []

@@ -16,6 +16,7 @@ pytest.importorskip("ipywidgets")
 
 from trainscale.interface import explore
 from trainscale.model import perfmodel  # noqa: E402
+from trainscale.model import planner
 from trainscale.common import io as tsio  # noqa: E402
 from trainscale.model.specs import RunSpec  # noqa: E402
 from trainscale.studies import registry  # noqa: E402
@@ -74,7 +75,7 @@ def test_breakdown_and_memory_figures_hold_the_prediction():
 
 def test_best_plans_are_the_search_results():
     table = explore.best_plans("llama2-7b", "dgx-h100", 8, 32, top=3)
-    _, ranked = perfmodel.search("llama2-7b", "dgx-h100", 8, 32, top=3)
+    _, ranked = planner.search("llama2-7b", "dgx-h100", 8, 32, top=3)
     assert len(table) == len(ranked) == 3
     assert list(table["step_time_s"]) == pytest.approx([r["step_time_s"] for r in ranked], rel=1e-12)
     assert list(table["tp"]) == [r["plan"]["tp"] for r in ranked]

@@ -11,7 +11,7 @@ from trainscale.kernels.collectives import group_split
 
 CHILD = textwrap.dedent("""
     import json
-    from trainscale import jitaside
+    from trainscale.common import jitaside
     from trainscale.kernels.collectives import group_split
 
     args = (16, 2, 8)

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainscale.model import grid as model_grid
 from trainscale.model import perfmodel
 from trainscale.kernels import collectives as C
 from trainscale.kernels import compute
@@ -358,7 +359,7 @@ def _kernel_args(model, system, gpus, gb, **axes):
     defaults = {"recompute": ["full"], "sequence_parallel": [0], "zero": [0], "shard_group": [0],
                 "overlap_grad_reduce": [0], "flash_attention": [0], "zero3_per_tensor": [0],
                 "tp_comm_overlap": [0]}
-    arrays = [perfmodel._axis(list(axes.get(n, defaults.get(n, [1]))), n) for n in perfmodel.GRID_AXES]
+    arrays = [model_grid._axis(list(axes.get(n, defaults.get(n, [1]))), n) for n in perfmodel.GRID_AXES]
     return (perfmodel.model_vector(model), perfmodel.system_vector(system),
             perfmodel.calibration_vector(system.generation), gpus, gb, *arrays)
 
@@ -391,13 +392,13 @@ def test_grid_matches_pure_python_reference(tmp_path):
     case = {"model": "llama2-7b", "system": "dgx-a100-80gb", "gpus": 64, "gb": 64}
     script = textwrap.dedent(f"""
         import json, numpy as np
-        from trainscale import perfmodel
+        from trainscale.model import grid, perfmodel
         from trainscale.kernels.grid import evaluate_grid
         from trainscale.model.specs import resolve_model, resolve_system
         case = json.loads({json.dumps(json.dumps(case))})
         axes = json.loads({json.dumps(json.dumps(REFERENCE_AXES))})
         m, s = resolve_model(case["model"]), resolve_system(case["system"])
-        arrays = [perfmodel._axis(axes[n], n) for n in perfmodel.GRID_AXES]
+        arrays = [grid._axis(axes[n], n) for n in perfmodel.GRID_AXES]
         res, dp = evaluate_grid(perfmodel.model_vector(m), perfmodel.system_vector(s),
                                 perfmodel.calibration_vector(s.generation), case["gpus"], case["gb"], *arrays)
         np.save({str(tmp_path / 'ref.npy')!r}, res)
@@ -447,13 +448,13 @@ def test_cached_grid_survives_compiling_in_three_processes(tmp_path):
     compiles the dense-grid entry point against it, a third loads both."""
     script = textwrap.dedent("""
         import sys
-        from trainscale import perfmodel
+        from trainscale.model import grid, perfmodel
         from trainscale.kernels.grid import evaluate_grid
         space = {"tp": [1, 2], "pp": [1, 2], "micro_batch": [1, 2]}
         if sys.argv[1] == "ep":
             perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 16, 64, **space)
         else:
-            arrays = [perfmodel._axis(space.get(n, [0] if n in perfmodel.BOOLEAN_AXES + ("zero", "shard_group")
+            arrays = [grid._axis(space.get(n, [0] if n in perfmodel.BOOLEAN_AXES + ("zero", "shard_group")
                                                 else ["full"] if n == "recompute" else [1]), n)
                       for n in perfmodel.GRID_AXES]
             calib = perfmodel.calibration_vector("hopper")

@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainscale.model import perfmodel
+
+from trainscale.model import planner
 from trainscale.kernels import collectives as C
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs
@@ -212,7 +214,7 @@ def test_search_finds_an_expert_parallel_plan():
     system = {"name": "gb200-nvl72", "hbm_capacity_GiB": 96.0}
     grid = perfmodel.evaluate_grid("moe-1.8t", system, 2048, 256, **{**space, "ep": [1]})
     assert not grid["fits"].any()  # 1.8T of experts do not fit in 96 GiB without ep
-    summary, ranked = perfmodel.search("moe-1.8t", system, 2048, 256, top=3, space=space, rerank=3)
+    summary, ranked = planner.search("moe-1.8t", system, 2048, 256, top=3, space=space, rerank=3)
     assert summary.attrs["plans_feasible"] > 0
     assert ranked and ranked[0]["plan"]["ep"] > 1
 

@@ -14,6 +14,7 @@ import json
 from trainscale.interface import cli
 from trainscale.common import io
 from trainscale.model import perfmodel, plancluster
+from trainscale.model import planner
 from trainscale.model.plancluster import pareto_front
 from trainscale.model.specs import RunSpec, SpecError, resolve_system
 from trainscale.model.stackrules import broken_rules
@@ -139,7 +140,7 @@ def test_the_chosen_plans_are_the_best_the_stack_runs(front):
         plan = _plan(front, i)
         assert broken_rules(plan, system) == [], plan
         assert plan.zero in (0, 1), "Megatron-LM's distributed optimizer is ZeRO-1: no ZeRO-2 or 3 plan"
-    _, ranked = perfmodel.search(MODEL, SYSTEM, 128, GLOBAL_BATCH, top=1)
+    _, ranked = planner.search(MODEL, SYSTEM, 128, GLOBAL_BATCH, top=1)
     assert float(front["tokens_per_s"].sel(gpus=128)) == pytest.approx(ranked[0]["tokens_per_s"], rel=1e-12)
 
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from trainscale.model import catalog, perfmodel, validation
+
+from trainscale.model import planner
 from trainscale.model.specs import ModelSpec, RunSpec, SpecError
 
 BRIDGE = ("bridge-hopper", "bridge-blackwell", "bridge-mla")
@@ -135,7 +137,7 @@ SPACE_70B = {"tp": [4, 8], "pp": [2, 4], "interleave": [1, 2], "micro_batch": [1
 
 
 def _search_70b(precision="bf16", top=3, **kw):
-    return perfmodel.search("llama3-70b", "dgx-h100", 64, 128, top=top, space=SPACE_70B, precision=precision, **kw)
+    return planner.search("llama3-70b", "dgx-h100", 64, 128, top=top, space=SPACE_70B, precision=precision, **kw)
 
 
 def _predict_as_plan(row, precision, recipe="", **kw):
@@ -211,10 +213,10 @@ def test_a_search_of_two_precisions_ranks_them_together():
 ])
 def test_a_search_in_a_precision_the_gpu_lacks_is_refused_in_one_line(precision, system, message):
     with pytest.raises(SpecError) as err:
-        perfmodel.search("llama2-7b", system, 16, 64, space={"tp": [1]}, precision=precision)
+        planner.search("llama2-7b", system, 16, 64, space={"tp": [1]}, precision=precision)
     assert message in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(SpecError, match="fp8_recipe = 'nvfp4' is invalid; expected one of current, delayed"):
-        perfmodel.search("llama2-7b", "dgx-h100", 16, 64, space={"tp": [1]}, precision="fp8", fp8_recipe="nvfp4")
+        planner.search("llama2-7b", "dgx-h100", 16, 64, space={"tp": [1]}, precision="fp8", fp8_recipe="nvfp4")
 
 
 def test_search_command_takes_and_names_the_precision(capsys):

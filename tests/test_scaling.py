@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from trainscale.model import perfmodel, scaling
+
+from trainscale.model import planner
 from trainscale.interface.cli import main
 from trainscale.common.io import read_dataset
 from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
@@ -21,7 +23,7 @@ def curve():
 def test_throughput_per_gpu_is_the_searched_best_plan_priced_by_predict(curve):
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     for gpus in COUNTS:
-        _, ranked = perfmodel.search(model, system, gpus, BATCH, top=1)
+        _, ranked = planner.search(model, system, gpus, BATCH, top=1)
         plan = perfmodel.plan_from_grid_entry(ranked[0]["plan"], BATCH)
         p = perfmodel.predict(RunSpec(id="best", model=model, system=system, plan=plan))
         at = curve.sel(gpus=gpus)
@@ -37,7 +39,7 @@ def test_each_count_carries_its_best_plans_confidence(curve):
     follows from them: MFU above the generation's best measured by more than the left-out error."""
     model, system = resolve_model(MODEL), resolve_system(SYSTEM)
     for gpus in COUNTS:
-        _, ranked = perfmodel.search(model, system, gpus, BATCH, top=1)
+        _, ranked = planner.search(model, system, gpus, BATCH, top=1)
         conf, at = ranked[0]["confidence"], curve.sel(gpus=gpus)
         assert float(at["left_out_error"]) == pytest.approx(conf["left_out_error"], rel=1e-12)
         assert float(at["best_measured_mfu"]) == pytest.approx(conf["best_measured_mfu"], rel=1e-12)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from trainscale.model import perfmodel, searchspace
+
+from trainscale.model import planner
 from trainscale.interface.cli import main
 from trainscale.model.specs import ModelSpec, resolve_system
 from conftest import grid_predictions
@@ -93,8 +95,8 @@ def test_default_space_of_a_moe_offers_etp_and_the_search_finds_etp_1_where_it_w
     model = _moe()
     space = perfmodel.default_space(model, H100, 64, 512)
     assert space["etp"] == list(perfmodel.EXPERT_TP_CHOICES) == [0, 1]
-    _, best = perfmodel.search(model, H100, 64, 512, top=1, space=dict(space, tp=[4]))
-    _, as_tp = perfmodel.search(model, H100, 64, 512, top=1, space=dict(space, tp=[4], etp=[0]))
+    _, best = planner.search(model, H100, 64, 512, top=1, space=dict(space, tp=[4]))
+    _, as_tp = planner.search(model, H100, 64, 512, top=1, space=dict(space, tp=[4], etp=[0]))
     assert best[0]["plan"]["etp"] == 1 and as_tp[0]["plan"]["etp"] == 0
     assert best[0]["step_time_s"] < 0.9 * as_tp[0]["step_time_s"]
 

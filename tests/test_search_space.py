@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from trainscale.model import perfmodel, searchspace, stackrules
+
+from trainscale.model import planner
 from trainscale.interface.cli import main
 from trainscale.kernels import layout as K
 from trainscale.model.specs import RunSpec, resolve_model, resolve_system
@@ -95,7 +97,7 @@ def test_search_equals_brute_force_on_a_small_space():
     space = {"tp": [1, 2, 4], "pp": [1, 2], "micro_batch": [1, 2, 3], "interleave": [1, 2],
              "recompute": ["none", "selective", "full"], "zero": [0, 1, 2], "flash_attention": [1],
              "sequence_parallel": [0, 1], "shard_group": [0, 8]}
-    summary, rows = perfmodel.search(model, system, 16, 48, top=6, space=space)
+    summary, rows = planner.search(model, system, 16, 48, top=6, space=space)
     grid = perfmodel.evaluate_grid(model, system, 16, 48, **space)
     dims = grid["fits"].dims
     fields = {d: np.asarray(grid[d].values).reshape([-1 if i == j else 1 for j in range(len(dims))])

@@ -1,5 +1,5 @@
 """The planner's question on the measured runs: with every published field fixed and only the knobs a
-source leaves blank searched (validation.searched_dataset, as `trainscale search --fix ... --search ...`)."""
+source leaves blank searched (searched_mod.searched_dataset, as `trainscale search --fix ... --search ...`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from trainscale.model import validation
+
+from trainscale.model import searched as searched_mod
 from trainscale.interface.cli import main
 
 
@@ -22,7 +24,7 @@ def search_expresses(m) -> bool:
 
 @pytest.fixture(scope="module")
 def searched():
-    ds = validation.searched_dataset()
+    ds = searched_mod.searched_dataset()
     runs = {m.run.id: m for m in validation.measured_runs(None)}
     return ds.isel(run=[i for i, r in enumerate(ds["run"].values) if search_expresses(runs[str(r)])])
 
@@ -34,14 +36,14 @@ def by_id(run_id):
 
 def test_the_searched_knobs_are_the_blank_cells_the_stack_can_turn():
     # Megatron-Core README: micro-batch, interleaving and recomputation not stated
-    assert validation.searched_knobs(by_id("meglm-h100-ws-70b")) == ("interleave", "micro_batch", "recompute")
+    assert searched_mod.searched_knobs(by_id("meglm-h100-ws-70b")) == ("interleave", "micro_batch", "recompute")
     # no pipeline: nothing to interleave
-    assert validation.searched_knobs(by_id("meglm-h100-ws-1.7b")) == ("micro_batch", "recompute")
+    assert searched_mod.searched_knobs(by_id("meglm-h100-ws-1.7b")) == ("micro_batch", "recompute")
     # DeepSpeed's pipeline engine has no interleaved schedule; BLOOM states its micro-batch and recomputation
-    assert validation.searched_knobs(by_id("bloom176b-a100-384g-gbs2048")) == ()
+    assert searched_mod.searched_knobs(by_id("bloom176b-a100-384g-gbs2048")) == ()
     # Korthikanti et al. 2022 state every knob
-    assert validation.searched_knobs(by_id("korth22-t5-175b-seqsel")) == ()
-    space = validation.searched_space(by_id("meglm-h100-ws-70b"))
+    assert searched_mod.searched_knobs(by_id("korth22-t5-175b-seqsel")) == ()
+    space = searched_mod.searched_space(by_id("meglm-h100-ws-70b"))
     assert space["tp"] == [8] and space["pp"] == [2] and space["interleave"] == validation.SEARCHED_KNOBS["interleave"]
 
 
@@ -58,7 +60,7 @@ def test_searching_the_blank_knobs_never_predicts_slower_than_their_defaults(sea
     runs = {m.run.id: m for m in validation.measured_runs(None)}
     outside = np.array([any(getattr(runs[r].run.plan, knob) not in values
                             for knob, values in validation.SEARCHED_KNOBS.items()
-                            if knob in validation.searched_knobs(runs[r]))
+                            if knob in searched_mod.searched_knobs(runs[r]))
                         for r in searched["run"].values])
     assert sorted(searched["run"].values[outside]) == ["meglm-h100-ws-119b", "meglm-h100-ws-462b"]
     assert (speedup[~outside] >= 1 - 1e-9).all(), searched["run"].values[~outside & (speedup < 1 - 1e-9)]
@@ -69,7 +71,7 @@ def test_the_dataset_is_described_and_summarised(searched):
         assert searched[name].attrs.get("long_name"), name
         if searched[name].dtype.kind in "biuf":
             assert searched[name].attrs.get("units"), name
-    summary = validation.searched_summary(searched)
+    summary = searched_mod.searched_summary(searched)
     part = searched.isel(run=np.flatnonzero(searched["dataset"].values == "megatron-hopper"))
     assert summary.loc["megatron-hopper", "runs"] == part.sizes["run"] == 9
     assert summary.loc["megatron-hopper", "MAPE_searched_%"] == pytest.approx(
@@ -82,7 +84,7 @@ def test_the_command_line_search_finds_the_same_best_plan_or_a_faster_one(capsys
     dividing the layers. Its best plan is at least as fast, and with the validation's best knobs fixed it
     prices that plan exactly as the validation does."""
     m = by_id("meglm-h100-ws-70b")
-    plan, value = validation.searched_prediction(m)
+    plan, value = searched_mod.searched_prediction(m)
     model = tmp_path / "model.yaml"
     spec = {k: getattr(m.run.model, k) for k in ("name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
                                                   "ffn_type", "vocab", "seq_len")}
@@ -92,11 +94,11 @@ def test_the_command_line_search_finds_the_same_best_plan_or_a_faster_one(capsys
              "overlap_grad_reduce=true", "flash_attention=true", "tp_comm_overlap=true"]
     command = ["search", "--model", str(model), "--system", m.run.system.name, "--gpus", str(m.run.gpus),
                "--global-batch", str(p.global_batch), "--stack", p.stack, "--top", "1", "--json", "--fix", *fixed]
-    assert main(command + ["--search", *validation.searched_knobs(m)]) == 0
+    assert main(command + ["--search", *searched_mod.searched_knobs(m)]) == 0
     (best,) = json.loads(capsys.readouterr().out)["best"]
     assert best["model_tflops_per_gpu"] >= value * (1 - 1e-9)
-    knobs = [f"{k}={plan[k]}" for k in validation.searched_knobs(m)]
-    assert main(command + knobs + ["--search", *validation.searched_knobs(m)]) == 0
+    knobs = [f"{k}={plan[k]}" for k in searched_mod.searched_knobs(m)]
+    assert main(command + knobs + ["--search", *searched_mod.searched_knobs(m)]) == 0
     (same,) = json.loads(capsys.readouterr().out)["best"]
     assert {k: same["plan"][k] for k in validation.SEARCHED_KNOBS} == {k: plan[k] for k in validation.SEARCHED_KNOBS}
     assert same["model_tflops_per_gpu"] == pytest.approx(value, rel=1e-9)
@@ -125,6 +127,6 @@ def test_narrower_search_ranges_are_never_faster_and_bound_the_reported_range(se
         narrow = measured * (1 + searched["rel_error_searched_range"].sel(search_range=r).values)
         speedup = np.where(step, narrow / full, full / narrow)
         assert (speedup >= 1 - 1e-9).all(), r
-    summary = validation.searched_summary(searched)
+    summary = searched_mod.searched_summary(searched)
     assert (summary["MAPE_searched_low_%"] <= summary["MAPE_searched_%"] + 1e-12).all()
     assert (summary["MAPE_searched_%"] <= summary["MAPE_searched_high_%"] + 1e-12).all()

@@ -12,6 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainscale.model import calibration, catalog, perfmodel, validation
+
+from trainscale.model import measured
+
+from trainscale.model import planner
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
@@ -224,8 +228,8 @@ def test_compiled_runs_are_held_out_and_single_node_vtrain_is_fitted():
 def test_search_prices_the_compiled_plans():
     space = {"tp": [1, 2], "micro_batch": [1, 2], "recompute": ["none", "full"], "zero": [3],
              "flash_attention": [1], "overlap_grad_reduce": [1]}
-    _, eager = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp")
-    _, comp = perfmodel.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp", compiled=True)
+    _, eager = planner.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp")
+    _, comp = planner.search("llama2-7b", "dgx-h100", 8, 16, top=1, space=space, stack="fsdp", compiled=True)
     assert comp[0]["plan"]["compiled"] is True and eager[0]["plan"]["compiled"] is False
     assert comp[0]["step_time_s"] < eager[0]["step_time_s"]
     grid = perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 8, 16, stack="fsdp", compiled=True, **space)
@@ -378,7 +382,7 @@ def test_search_takes_the_plan_knobs_it_cannot_search():
              "flash_attention": [1], "overlap_grad_reduce": [1]}
     steps = {}
     for share in (0.2, 0.9):
-        _, ranked = perfmodel.search("llama2-13b", "dgx-h100", 96, 192, top=2, space=space, stack="fsdp",
+        _, ranked = planner.search("llama2-13b", "dgx-h100", 96, 192, top=2, space=space, stack="fsdp",
                                      recompute_share=share)
         grid = perfmodel.evaluate_grid("llama2-13b", "dgx-h100", 96, 192, stack="fsdp", recompute_share=share,
                                        **space)
@@ -489,7 +493,7 @@ def test_a_megatron_search_skips_uneven_interleaving():
     reason = grids["megatron"]["reason"]
     uneven_layouts = sum(v > 1 and 84 % (pp * v) != 0 for pp in (2, 4) for v in (1, 2, 3, 4, 6, 8))
     for stack, expected in (("megatron", uneven_layouts), ("nemo", 0)):  # the search masks the same plans
-        summary, _ = perfmodel.search(model, system, 64, 512, top=1, space=space, stack=stack)
+        summary, _ = planner.search(model, system, 64, 512, top=1, space=space, stack=stack)
         assert int(summary["plans"].sel(reason=K.REASONS[K.R_UNEVEN_CHUNKS])) == expected, stack
     for pp in (2, 4):
         for v in (1, 2, 3, 4, 6, 8):
@@ -576,9 +580,9 @@ def test_a_bad_position_embedding_is_refused_with_one_line():
                        "position_embedding": "sinusoidal"})
     row = {"id": "r1", "model": "x", "position_embedding": "rope"}
     with pytest.raises(ValueError, match="r1: position_embedding = 'rope' is invalid; valid: blank, learned"):
-        validation._public_model(row)
+        measured._public_model(row)
     with pytest.raises(ValueError, match="catalog model llama3-8b"):
-        validation._public_model({"id": "r2", "model": "llama3-8b", "position_embedding": "rotary"})
+        measured._public_model({"id": "r2", "model": "llama3-8b", "position_embedding": "rotary"})
 
 
 def test_a_plan_names_its_rotary_kernel_and_fms_fsdp_rows_take_the_matrix_form():

@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from trainscale.model import catalog, confidence, perfmodel, searchspace, stackrules, validation
+
+from trainscale.model import planner
 from trainscale.interface.cli import main
 from trainscale.kernels import layout as K
 from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
@@ -122,7 +124,7 @@ def test_the_search_masks_exactly_the_plans_the_rules_refuse(stack):
 def gpt3_search():
     space = dict(perfmodel.default_space(resolve_model(GPT3), resolve_system(A100), 64, 1536),
                  tp=[4, 8], pp=[4, 8], cp=[1], shard_group=[0])
-    return {allow: perfmodel.search(GPT3, A100, 64, 1536, top=5, space=space, allow_unrunnable=allow)
+    return {allow: planner.search(GPT3, A100, 64, 1536, top=5, space=space, allow_unrunnable=allow)
             for allow in (False, True)}
 
 

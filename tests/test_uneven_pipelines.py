@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 from trainscale.model import perfmodel, pipeline, validation
+
+from trainscale.model import planner
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import held_layers, split_chunk_layers, split_reason, split_stage_layers
 from trainscale.model.specs import RunSpec, SpecError, split_rule, suggest_split
@@ -224,7 +226,7 @@ def test_search_with_the_ends_in_the_split_finds_interleaved_plans_of_126_layers
     assert bool(split["fits"].sel(interleave=8).item()) and split.attrs["split_ends"] == 3
     # pp 8 x v 1 with the ends: (126 + 2) / 8 = 16 per device, 15 on the ends
     assert int(split["reason"].sel(interleave=1).item()) == K.R_OK
-    _, ranked = perfmodel.search("llama3-405b", "dgx-h100", 512, 256, space=space, split_ends=3, top=2)
+    _, ranked = planner.search("llama3-405b", "dgx-h100", 512, 256, space=space, split_ends=3, top=2)
     best = ranked[0]["plan"]
     assert best["interleave"] == 8 and best["embedding_in_split"] and best["loss_in_split"]
     run = RunSpec(id="best", model=perfmodel.resolve_model("llama3-405b"), system=perfmodel.resolve_system("dgx-h100"),

@@ -7,6 +7,8 @@ import pytest
 import yaml
 
 from trainscale.model import calibration, catalog, perfmodel, validation
+
+from trainscale.model import measured
 from trainscale.model.specs import SpecError
 
 VTRAIN_DIR = validation.vtrain_dir()  # the copy shipped with the package
@@ -331,13 +333,13 @@ def test_public_runs_refuse_an_unknown_not_in_paper_knob():
     with pytest.raises(ValueError, match="published_runs_stacks.csv: row x: not_in_paper = 'interleave tp' "
                                          "is invalid; valid: blank or space-separated names of interleave, "
                                          "micro_batch, recompute"):
-        validation._paper_blank_knobs(row, tuple(validation.SEARCHED_KNOBS), validation.STACKS_FILE)
+        measured._paper_blank_knobs(row, tuple(validation.SEARCHED_KNOBS), validation.STACKS_FILE)
 
 
 def test_published_runs_refuse_an_unknown_not_in_paper_knob():
     row = {"id": "x", "interleave": "", "micro_batch": "1", "not_in_paper": "micro_batch tp"}
     with pytest.raises(ValueError, match="not_in_paper = 'micro_batch tp' is invalid; valid: blank"):
-        validation._paper_blank_knobs(row)
+        measured._paper_blank_knobs(row)
 
 
 def test_published_runs_refuse_an_invalid_overlap_cell(monkeypatch):

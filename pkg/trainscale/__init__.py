@@ -32,8 +32,8 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _API = {
     "predict": "trainscale.model.perfmodel",
-    "search": "trainscale.model.perfmodel",
-    "evaluate_grid": "trainscale.model.perfmodel",
+    "search": "trainscale.model.planner",
+    "evaluate_grid": "trainscale.model.grid",
     "Prediction": "trainscale.model.perfmodel",
     "ModelSpec": "trainscale.model.specs",
     "SystemSpec": "trainscale.model.specs",

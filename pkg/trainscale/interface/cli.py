@@ -66,7 +66,7 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "flash_attention": ("true/false", "fused attention: no seq x seq scores in HBM"),
     "zero3_per_tensor": ("true/false", "ZeRO-3 fetches each weight matrix apart (DeepSpeed 2021)"),
     "ep": ("ranks", "expert-parallel degree of a mixture of experts (divides dp)"),
-    "etp": ("ranks", "experts' tensor-parallel degree (0: as tp; ep x etp divides tp x dp)"),
+    "etp": ("GPUs", "the experts' tensor-parallel degree (0: tp)"),
     "tp_comm_overlap": ("true/false", "overlap the sequence-parallel collectives with the GEMMs (needs sequence_parallel)"),
     "stack": ("-", "software that runs the plan: megatron, deepspeed, fsdp or nemo"),
     "compiled": ("true/false", "the model runs under torch.compile"),
@@ -78,7 +78,6 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "last_stage_layers": ("layers", "transformer layers of the last pipeline device (0: even split)"),
     "embedding_in_split": ("true/false", "the embedding counts as one layer of the pipeline split"),
     "loss_in_split": ("true/false", "the loss counts as one layer of the pipeline split"),
-    "etp": ("GPUs", "the experts' tensor-parallel degree (0: tp)"),
     "precision": ("-", "number format of the linear layers' GEMMs: bf16, fp8, mxfp8, nvfp4"),
     "fp8_recipe": ("-", "scaling recipe of a low-precision format (blank: the format's first)"),
     "custom_pipeline_layout": ("true/false", "the run gives its own assignment of layers to pipeline chunks"),
@@ -361,7 +360,7 @@ def _search_inputs(args) -> tuple:
 
 
 def _search_options(args) -> dict:
-    """The keyword arguments of :func:`trainscale.model.perfmodel.search` that a search-like command's flags set."""
+    """The keyword arguments of :func:`trainscale.model.planner.search` that a search-like command's flags set."""
     return {"stack": args.stack, "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
             "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
             "tp_async_backward": _on_off(args.tp_async_backward), "split_ends": SPLIT_ENDS[args.split_ends],
@@ -384,7 +383,7 @@ def _precision_text(choices: Sequence[tuple[str, str]]) -> str:
 
 
 def cmd_search(args) -> int:
-    from ..model import perfmodel
+    from ..model import planner
     from ..kernels import layout as K
 
     model, system, fixed, knobs = _search_inputs(args)
@@ -393,7 +392,7 @@ def cmd_search(args) -> int:
     if args.space:
         print(_space_text(space))
         return 0
-    summary, ranked = perfmodel.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
+    summary, ranked = planner.search(model, system, args.gpus, args.global_batch, top=args.top, space=space,
                                        progress=_progress, **_search_options(args))
     if args.allow_unrunnable:
         _warn(f"--allow-unrunnable: the search includes plans the {args.stack} stack does not run")
@@ -782,11 +781,13 @@ def cmd_validate(args) -> int:
 
 def _validate_searched(args, validation) -> int:
     """``validate --search-unpublished``: the runs whose source leaves a knob blank, with those knobs
-    searched (validation.searched_dataset) beside their stack's defaults."""
-    ds = validation.searched_dataset()
+    searched (searched.searched_dataset) beside their stack's defaults."""
+    from ..model import searched
+
+    ds = searched.searched_dataset()
     # one row per run: the narrower ranges (dim search_range) are summarised, not listed
     df = ds.drop_dims("search_range").to_dataframe().reset_index()
-    summary = validation.searched_summary(ds).reset_index()
+    summary = searched.searched_summary(ds).reset_index()
     if args.json:
         _dump_json({"runs": df.to_dict(orient="records"), "summary": summary.to_dict(orient="records")})
         return 0

@@ -6,7 +6,7 @@ browser), with a thin ipywidgets layer on top whose callbacks only call them:
 * **the model, live**: :func:`plan_choices` (the valid tp/pp/cp/micro-batch/... values for a model, GPU
   count and batch), :func:`evaluate` (one plan through :func:`trainscale.model.perfmodel.predict`: step time, its
   breakdown, memory per GPU by component, MFU), :func:`time_breakdown_figure`, :func:`memory_figure` and
-  :func:`best_plans` (:func:`trainscale.model.perfmodel.search`, the search ``trainscale search`` runs); the
+  :func:`best_plans` (:func:`trainscale.model.planner.search`, the search ``trainscale search`` runs); the
   :class:`Explorer` widget wires menus and sliders to them.
 * **the studies' figures, interactive**: :func:`interactive_figure` draws a study's main figure (the first
   figure it declares in ``OUTPUTS``) from its committed dataset in ``figures/<study>/``, with hover and zoom.
@@ -34,6 +34,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..model import catalog, perfmodel
+
+from ..model import planner
 from ..model.specs import DEFAULT_STACK, RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
 
 __all__ = ["models", "systems", "gpu_choices", "plan_choices", "run_dict", "Evaluation", "evaluate",
@@ -233,7 +235,7 @@ BEST_PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", 
 
 def best_plans(model: str, system: str, gpus: int, global_batch: int, top: int = 5, stack: str = DEFAULT_STACK,
                space: Mapping[str, Sequence] | None = None):
-    """The ``top`` fastest plans that fit (:func:`trainscale.model.perfmodel.search` over its default plan space,
+    """The ``top`` fastest plans that fit (:func:`trainscale.model.planner.search` over its default plan space,
     or ``space``; the search ``trainscale search`` runs): a DataFrame, one row per plan, with the plan's
     fields and its step time, throughput, MFU and memory per GPU (pipelines simulated), then ``differs`` (the
     knobs in which it differs from the first row, as ``trainscale search`` prints them; '' for the first) and
@@ -245,7 +247,7 @@ def best_plans(model: str, system: str, gpus: int, global_batch: int, top: int =
 
     from ..model.searchspace import differs_text, fold_text
 
-    _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=int(top), space=space,
+    _, ranked = planner.search(model, system, int(gpus), int(global_batch), top=int(top), space=space,
                                  stack=stack)
     rows = []
     for rank, entry in enumerate(ranked, 1):
@@ -410,7 +412,7 @@ class Explorer:
         self.top = w.BoundedIntText(value=int(top), min=1, max=50, description="plans", layout=w.Layout(
             width="160px"))
         self.search_button = w.Button(description="find best plans", icon="search",
-                                      tooltip="perfmodel.search over the default plan space (seconds)")
+                                      tooltip="planner.search over the default plan space (seconds)")
         self.apply_button = w.Button(description="use best plan", tooltip="set the knobs to the best plan found",
                                      disabled=True)
         self.search_button.on_click(lambda _: self.search())

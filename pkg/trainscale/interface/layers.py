@@ -17,6 +17,8 @@ PACKAGE = "trainscale"
 # top first; a floor may import its own floor and any floor below it; kernels and common are both the ground
 FLOORS = ("interface", "studies", "workloads", "training", "model", "common", "kernels")
 GROUND = ("common", "kernels")
+# floors below that a floor still never imports: a study reaches the kernels only through the model's API
+NEVER = {"studies": ("kernels",)}
 WHAT = {
     "interface": "what users run: CLI, explore widgets, docs/report, verify, papermill engine, workflow outputs",
     "studies": "one module per scaling study: its datasets and paper-vs-ours records; the registry",
@@ -83,7 +85,8 @@ def modules(root: Path | None = None) -> dict[str, Module]:
 
 
 def upward_imports(mods: dict[str, Module]) -> list[str]:
-    """``"a imports b (floor x over floor y)"`` for each import of a higher floor, or of a floor outside the list."""
+    """One line for each import of a higher floor, of the other ground floor, of a floor outside :data:`FLOORS`,
+    or of a floor :data:`NEVER` forbids."""
     rank = {f: i for i, f in enumerate(FLOORS)}
     wrong = []
     for mod in mods.values():
@@ -96,6 +99,8 @@ def upward_imports(mods: dict[str, Module]) -> list[str]:
             elif other != mod.floor and (rank[other] < rank[mod.floor] or
                                          (mod.floor in GROUND and other in GROUND)):
                 wrong.append(f"{mod.name} ({mod.floor}) imports {target} ({other}), a floor above or beside it")
+            elif other in NEVER.get(mod.floor, ()):
+                wrong.append(f"{mod.name} ({mod.floor}) imports {target}: {mod.floor} never import {other}")
     return wrong
 
 
@@ -141,8 +146,8 @@ def floor_imports(mods: dict[str, Module]) -> dict[str, list[str]]:
 
 
 def picture(mods: dict[str, Module] | None = None, whole: bool = False) -> str:
-    """The layers as text: one line per floor (what it is, its modules, the floors it imports); ``whole`` adds a
-    line per module with its lines and the floors it imports."""
+    """The layers as text: two lines per floor (how many modules, the floors they import; what the floor is);
+    ``whole`` adds a line per module with the other floors it imports."""
     mods = mods or modules()
     reach = floor_imports(mods)
     lines = []
@@ -157,7 +162,7 @@ def picture(mods: dict[str, Module] | None = None, whole: bool = False) -> str:
                 floors = sorted({mods[t].floor for t in m.imports if mods[t].floor != floor},
                                 key=FLOORS.index)
                 short = m.name.split(".", 2)[2]
-                lines.append(f"{'':<14}{short:<26}{m.lines:>5} lines  -> {', '.join(floors) or '-'}")
+                lines.append(f"{'':<14}{short:<26}-> {', '.join(floors) or '-'}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
 r"""The planner's question: how many GPUs to train a token budget on, trading time against GPU-hours and energy.
 
-For each cluster size :func:`cluster_front` takes the best plan :func:`trainscale.model.perfmodel.search` finds that the
+For each cluster size :func:`cluster_front` takes the best plan :func:`trainscale.model.planner.search` finds that the
 stack runs (its rules, ``data/stack_rules.yaml``, respected), re-prices it with :func:`~trainscale.model.perfmodel.predict`
 and turns that plan's throughput and energy per token into what the whole budget of ``T`` tokens costs:
 
@@ -128,7 +128,7 @@ def cluster_front(model, system, gpus, tokens, global_batch: int, stack: str = D
     ``model`` and ``system``: catalog names, mappings or specs; ``gpus``: sizes (:func:`parse_gpus`: a list or
     ``"256..8192"``); ``tokens``: the token budget; ``global_batch``: sequences per optimizer step (the same at
     every size); ``stack``: the software that runs the plans (its rules respected); ``calibration``: parameter
-    overrides, as :func:`trainscale.model.perfmodel.search` takes them; ``progress``: wraps the loop over sizes.
+    overrides, as :func:`trainscale.model.planner.search` takes them; ``progress``: wraps the loop over sizes.
 
     Returns a Dataset on dim ``gpus``: ``time_to_train_days``, ``gpu_hours``, ``energy_MWh`` (accelerators and
     node overhead), ``accelerator_energy_MWh``, the plan's ``step_time_s``, ``tokens_per_s``, ``mfu``,
@@ -136,6 +136,7 @@ def cluster_front(model, system, gpus, tokens, global_batch: int, stack: str = D
     ``on_front`` (the Pareto front over :data:`OBJECTIVES`) and ``reason`` (why a size has no plan). Every
     number is NaN where no plan fits."""
     from . import perfmodel
+    from . import planner
     from .specs import RunSpec, resolve_model, resolve_system
     from .stackrules import broken_rules
 
@@ -157,7 +158,7 @@ def cluster_front(model, system, gpus, tokens, global_batch: int, stack: str = D
     reasons = [""] * n
     loop = progress(list(enumerate(sizes)), n, "cluster sizes") if progress else enumerate(sizes)
     for i, size in loop:
-        summary, ranked = perfmodel.search(model, system, size, global_batch, top=1, stack=stack,
+        summary, ranked = planner.search(model, system, size, global_batch, top=1, stack=stack,
                                            calibration=calibration)
         if not ranked:
             reasons[i] = _no_plan_reason(summary, stack, size, global_batch)
@@ -223,7 +224,7 @@ def cluster_front(model, system, gpus, tokens, global_batch: int, stack: str = D
         "energy": "energy_MWh: the plan's node_energy_J_per_token (accelerator power from the calibrated model plus "
                   "systems.yaml node_overhead_W per node) times the tokens; accelerator_energy_MWh: "
                   "energy_J_per_token times the tokens",
-        "time": "tokens / tokens_per_s of the best runnable plan (perfmodel.search, re-priced by predict); "
+        "time": "tokens / tokens_per_s of the best runnable plan (planner.search, re-priced by predict); "
                 "no start-up, checkpoint or failure time",
     })
     return ds

@@ -1,6 +1,6 @@
 r"""Scaling curves: the best plan at each GPU count of a fixed global batch, and what scale costs, by cause.
 
-:func:`scaling_curve` runs :func:`trainscale.model.perfmodel.search` at every GPU count (same stack rules and
+:func:`scaling_curve` runs :func:`trainscale.model.planner.search` at every GPU count (same stack rules and
 options), prices its best plan with :func:`trainscale.model.perfmodel.predict` and returns, along ``gpus``,
 throughput per GPU, MFU, step time, the plan, and the **loss by cause** along ``cause`` (the components of
 :attr:`trainscale.model.perfmodel.Prediction.breakdown`, which add up to the step).
@@ -30,6 +30,8 @@ import numpy as np
 import xarray as xr
 
 from . import perfmodel
+
+from . import planner
 from ..common.checks import check_int, check_ints, parse_gpu_counts
 from ..common.io import provenance
 from ..kernels.layout import BREAKDOWN, BREAKDOWN_MOE
@@ -83,10 +85,10 @@ def check_batch_splits(gpus: int, global_batch: int, space: Mapping) -> None:
 
 def best_plan(model, system, gpus: int, global_batch: int, stack: str = DEFAULT_STACK, space: Mapping | None = None,
               calibration: Mapping | None = None, **options) -> tuple[dict, perfmodel.Prediction, dict] | None:
-    """The best plan :func:`perfmodel.search` finds at ``gpus`` (``options``: its keyword arguments), its
+    """The best plan :func:`planner.search` finds at ``gpus`` (``options``: its keyword arguments), its
     :func:`perfmodel.predict` prediction and its confidence fields
     (:func:`trainscale.model.confidence.plan_confidence`), or None where no plan is valid and fits."""
-    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=space, calibration=calibration,
+    _, ranked = planner.search(model, system, gpus, global_batch, top=1, space=space, calibration=calibration,
                                  stack=stack, **options)
     if not ranked:
         return None
@@ -105,7 +107,7 @@ def scaling_curve(model, system, gpus: Sequence[int], global_batch: int, stack: 
     ``space``: the plan space at every count (a mapping), a function of the count returning it, or None for
     :func:`perfmodel.default_space` at each count; ``stack``, ``calibration`` and ``options`` (``compiled``,
     ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``, ``tp_async_backward``, ``split_ends``,
-    ``allow_unrunnable``) go to :func:`perfmodel.search`. ``progress`` (optional) wraps the loop over counts.
+    ``allow_unrunnable``) go to :func:`planner.search`. ``progress`` (optional) wraps the loop over counts.
     Returns a Dataset with dims ``gpus`` and ``cause`` (see the module docstring); a count without a plan has
     NaN numbers, plan knobs ``-1`` and ``has_plan`` false."""
     model, system = resolve_model(model), resolve_system(system)

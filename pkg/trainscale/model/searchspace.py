@@ -24,8 +24,8 @@ import xarray as xr
 from ..common import jitaside
 from ..kernels import layout as K
 from ..kernels.grid import evaluate_layouts, invalid_plan_counts, layer_cost_table, layout_reasons, scan_layouts
-from .perfmodel import (BOOLEAN_AXES, EXPERT_AXES, GRID_AXES, GiB, _axis, canonical_plan, expert_axes, expert_pairs,
-                        model_vector, system_vector)
+from .grid import BOOLEAN_AXES, EXPERT_AXES, GRID_AXES, _axis, canonical_plan, expert_axes, expert_pairs
+from .vectors import GiB, model_vector, system_vector
 from .specs import SpecError
 
 LAYOUT_AXES = GRID_AXES[:5]  # tp, pp, cp, interleave, micro_batch: what decides whether a plan is valid
@@ -297,7 +297,7 @@ def _compile_plan_pricing(model, system, calib: np.ndarray, sp: "_Space") -> Non
     """Compile (or load) what :func:`trainscale.model.perfmodel.predict` prices a plan with: the closed form on the
     space's first valid layout, and the pipeline simulator on a two-stage pipeline of two micro-batches."""
     from . import pipeline
-    from .perfmodel import plan_vector
+    from .vectors import plan_vector
     from .specs import PlanSpec
 
     pipeline.simulate_many("1f1b", np.ones((1, 2)), np.ones((1, 2)), send=np.zeros((1, 1)), micro_batches=2)
@@ -466,7 +466,7 @@ def space_summary(prices: SpacePrices | SpaceScan) -> xr.Dataset:
 
 
 def merge_summaries(summaries: list[xr.Dataset]) -> xr.Dataset:
-    """One summary of the spaces of several searches (one per precision, :func:`trainscale.model.perfmodel.search`):
+    """One summary of the spaces of several searches (one per precision, :func:`trainscale.model.planner.search`):
     plans by reason and the counts added up, the stack rules' counts added rule by rule, the precisions listed."""
     merged = summaries[0].copy(deep=True)
     merged["plans"] = sum(s["plans"] for s in summaries).assign_attrs(summaries[0]["plans"].attrs)

@@ -3,7 +3,7 @@ Designing Data Centers for Next-Gen Language Models", arXiv 2506.15006, 2025).
 
 Every design point is one system (a catalog entry with overrides: scale-up domain size, HBM capacity
 and bandwidth, scale-out bandwidth and latency, and the scale-out topology) on which the model is
-trained at its best plan, found by :func:`trainscale.model.perfmodel.search` over tensor, pipeline, data
+trained at its best plan, found by :func:`trainscale.model.planner.search` over tensor, pipeline, data
 and (for a mixture of experts) expert parallelism, micro-batch, interleaving and recomputation.
 
 Two scale-out networks, with the same NIC bandwidth per GPU:
@@ -43,6 +43,7 @@ import xarray as xr
 from ..common import comparison, figurecheck
 from ..common import io as tsio
 from ..model import perfmodel
+from ..model import planner
 from ..common.checks import check_float, check_floats, check_int
 from ..common.io import provenance
 from ..model.specs import SpecError, SystemSpec, resolve_model, resolve_system
@@ -93,7 +94,7 @@ def best_point(model, system, gpus: int, global_batch: int, rerank: int = 8) -> 
     """The best plan's MFU, throughput, step time and breakdown at one design point (NaN where
     no plan fits)."""
     model, system = resolve_model(model), resolve_system(system)
-    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=design_space(model, gpus),
+    _, ranked = planner.search(model, system, gpus, global_batch, top=1, space=design_space(model, gpus),
                                  rerank=rerank)
     if not ranked:
         return {"mfu": np.nan, "tokens_per_s": np.nan, "step_time_s": np.nan, "ep_comm_s": np.nan,

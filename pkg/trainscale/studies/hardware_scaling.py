@@ -1,6 +1,6 @@
 """hardware-scaling: Fernandez et al. 2024 (arXiv 2411.13055), Llama-2 models on growing GPU counts at a fixed
 global batch, comparing the paper's parallelisation strategies, each at its best plan found by the performance
-model's search (:func:`trainscale.model.perfmodel.search` over the strategy's plan space):
+model's search (:func:`trainscale.model.planner.search` over the strategy's plan space):
 
 - ``fsdp``: fully sharded data parallelism (ZeRO-3 over all GPUs), PyTorch-FSDP flat layer gathers with
   prefetch overlap;
@@ -26,6 +26,7 @@ import xarray as xr
 
 from ..common import comparison
 from ..model import perfmodel, validation
+from ..model import planner
 from ..common import io as tsio
 from ..common.io import provenance
 from ..model.specs import RECOMPUTE_MODES, STACKS, RunSpec, SpecError, resolve_model, resolve_system
@@ -111,10 +112,10 @@ def _check(models, systems, gpus, strategies, global_batch_tokens, stack) -> Non
 
 
 def best_plan(model, system, gpus: int, global_batch: int, strategy: str, stack: str) -> dict | None:
-    """The strategy's fastest plan that fits (``perfmodel.search``, pipelines simulated), with its step
+    """The strategy's fastest plan that fits (``planner.search``, pipelines simulated), with its step
     breakdown (compute vs exposed communication) from ``perfmodel.predict``; None if no plan fits."""
     space = strategy_space(strategy, model, system, gpus, global_batch)
-    _, ranked = perfmodel.search(model, system, gpus, global_batch, top=1, space=space, stack=stack)
+    _, ranked = planner.search(model, system, gpus, global_batch, top=1, space=space, stack=stack)
     if not ranked:
         return None
     best = ranked[0]

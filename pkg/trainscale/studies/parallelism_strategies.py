@@ -15,7 +15,7 @@ performance model (:mod:`trainscale.model.perfmodel`):
   gives the highest throughput.
 
 :func:`strategy_scaling` searches the best plan of each strategy (:func:`strategy_space`) at each
-GPU count ``base_gpus * 2**k`` (``k < doublings``) with :func:`trainscale.model.perfmodel.search`:
+GPU count ``base_gpus * 2**k`` (``k < doublings``) with :func:`trainscale.model.planner.search`:
 
 * ``ptd-p``: tensor parallelism within the node (powers of two up to the GPUs per node),
   pipeline parallelism across nodes (any degree dividing the GPU count that is a power of two or
@@ -50,6 +50,7 @@ import xarray as xr
 
 from ..common import comparison
 from ..model import perfmodel
+from ..model import planner
 from ..common import io as tsio
 from ..common.checks import check_choice, check_int
 from ..common.io import provenance
@@ -151,7 +152,7 @@ def best_plan(model, system, gpus: int, global_batch: int, space: dict, rerank: 
     """The best feasible plan of ``space`` run by ``stack`` (pipelines simulated), with its
     hardware and model TFLOP/s per GPU; None when no plan fits."""
     model, system = study_model(model), resolve_system(system)
-    _, ranked = perfmodel.search(model, system, int(gpus), int(global_batch), top=1, space=space, rerank=rerank,
+    _, ranked = planner.search(model, system, int(gpus), int(global_batch), top=1, space=space, rerank=rerank,
                                  stack=stack, tp_async_backward=PAPER_TP_ASYNC_BACKWARD)
     if not ranked:
         return None

@@ -6,7 +6,7 @@ error against the accuracy target set for it (issue 10: published runs <= 5%, vT
 single-node <= 12%, the Hopper/Blackwell public runs <= 8%). The error judged is the honest one: for a
 dataset used in the fit, the error when that dataset is left out of the fit (cross-validation); for a dataset
 never fitted, its error as is. A second record per dataset with runs whose source leaves a knob blank
-(``searched.nc``, :func:`trainscale.model.validation.searched_dataset`) judges the planner's question against the same
+(``searched.nc``, :func:`trainscale.model.searched.searched_dataset`) judges the planner's question against the same
 target: the MAPE of the best plan when only those knobs are searched. For a dataset used in the fit that error is
 in-sample (the calibration is the one fitted on these runs with the knobs at their defaults, or as run where another
 source (the authors' scripts) or the code the source names gives them), so its record is labelled in-sample and
@@ -24,7 +24,8 @@ import numpy as np
 
 from ..common import comparison
 from ..common import io as tsio
-from ..model.validation import NOT_FITTED, SEPARATE_FITTED, searched_summary
+from ..model.searched import searched_summary
+from ..model.validation import NOT_FITTED, SEPARATE_FITTED
 
 PAPER = ("Narayanan et al. 2021 (Megatron-LM PTD-P, arXiv 2104.04473); Korthikanti et al. 2022 (arXiv 2205.05198); "
          "Bang et al., vTrain (MICRO 2024, arXiv 2312.12391); public NeMo, Megatron-Core, FSDP and "
@@ -78,7 +79,7 @@ def _dataset_record(name: str, part, sharing: list[str] = ()) -> comparison.Reco
 
 
 def _searched_record(name: str, row) -> comparison.Record:
-    """The record of one dataset's row of :func:`trainscale.model.validation.searched_summary`. For a fitted dataset it is
+    """The record of one dataset's row of :func:`trainscale.model.searched.searched_summary`. For a fitted dataset it is
     labelled in-sample, with no verdict ("not tested"): the calibration the search runs under was fitted on these
     runs, so its error cannot be judged against the target beside the cross-validated ones (issue 37, item 5). For
     a dataset never fitted the search is out of sample: labelled held out and judged against the target."""

@@ -61,11 +61,13 @@ class SurveyMap:
 
 
 def project_studies() -> tuple[str, ...]:
-    """The project's studies: one per module of :mod:`trainscale.studies` (``registry`` aside), named as the
-    workflow names them (``hardware_scaling`` -> ``hardware-scaling``)."""
+    """The project's studies: one per module of :mod:`trainscale.studies` (``registry``, ``surveymap`` and the
+    private ``_*`` modules a study splits out, such as its figures, aside), named as the workflow names them
+    (``hardware_scaling`` -> ``hardware-scaling``)."""
     from .. import studies
 
-    names = [m.name for m in pkgutil.iter_modules(studies.__path__) if m.name not in ("registry", "surveymap") and not m.ispkg]
+    names = [m.name for m in pkgutil.iter_modules(studies.__path__)
+             if m.name not in ("registry", "surveymap") and not m.name.startswith("_") and not m.ispkg]
     return tuple(sorted(n.replace("_", "-") for n in names))
 
 

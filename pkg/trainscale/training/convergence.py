@@ -1,27 +1,20 @@
 """Statistical efficiency: distributed optimisation on synthetic problems, and steps to a target.
 
-:func:`make_problem` generates a problem from a seed: least squares with set conditioning and
-label noise, L2-regularised logistic regression, or a two-layer tanh network fitted to a teacher
-of the same shape; the data are split into one shard per worker, non-IID by ``heterogeneity``.
+:func:`make_problem` generates a problem from a seed (:mod:`.synthetic_problems`, where the data model is
+described): least squares with set conditioning and label noise, L2-regularised logistic regression, or a
+two-layer tanh network fitted to a teacher of the same shape; the data are split into one shard per worker,
+non-IID by ``heterogeneity``.
 :func:`run` trains it with synchronous data parallelism, local SGD / DiLoCo, or asynchronous
-SGD with staleness set by worker speeds (the kernels of :mod:`trainscale.kernels.optim`) and returns the loss, gradient-norm and bits-sent curves as an
+SGD with staleness set by worker speeds (the kernels of :mod:`trainscale.kernels.optim`; what each method draws
+before its kernel runs is in :mod:`.method_setup`) and returns the loss, gradient-norm and bits-sent curves as an
 ``xarray.Dataset``; :func:`steps_to_target` and :func:`tokens_to_target` read the first crossing
 of a target loss. :func:`gradient_noise_scale` estimates ``B_simple = tr(Sigma) / |G|^2``
-(McCandlish et al. 2018, arXiv 1812.06162, eq. 2.8) from per-example gradients;
+(McCandlish et al. 2018, arXiv 1812.06162, eq. 2.8) from per-example gradients (:mod:`.noise_scale`);
 :func:`batch_size_sweep` measures steps to target against batch size and fits the paper's
 ``S = S_min (1 + B_crit / B)`` (eq. 2.11) so the knee can be compared with ``B_simple``.
 
-Data model. Features of worker ``k``: ``x = mu_k + Q diag(sqrt(lambda)) z`` with ``z`` standard
-normal, ``Q`` a random rotation and ``lambda`` spaced geometrically from ``1/kappa`` to 1 (the
-covariance's condition number is ``kappa``). Worker ``k`` labels with its own teacher
-``theta_k = theta* + heterogeneity * delta_k``; the ``delta_k`` (centred over workers, so the
-pooled teacher stays ``theta*``) are as large as ``theta*`` per coordinate, and the covariate shift
-``mu_k = heterogeneity * Q diag(sqrt(lambda)) z_k`` is one standard deviation of the data.
-``heterogeneity = 0`` gives identically distributed shards. Labels: least squares
-``y = x . w_k + sigma eps``; logistic ``y = +1`` with probability ``s(x . w_k)``, else ``-1``;
-network ``y = teacher_k(x) + sigma eps``. ``|w*| = 1`` for least squares, ``|w*| = 3`` for logistic
-(labels stay random, so the data are not separable); the teacher network has
-``W1 ~ N(0, 1/d)``, ``b1 ~ N(0, 0.1^2)``, ``a ~ N(0, 1/h)``, ``b2 = 0``.
+This module is the entry point: the names of :mod:`.synthetic_problems`, :mod:`.method_setup` and
+:mod:`.noise_scale` that callers use are re-exported here (``__all__``).
 
 Randomness: the problem's seed spawns one stream for the shared draws and one per worker; a run's
 seed spawns one stream per worker, from which all its mini-batch indices (sampled with
@@ -38,17 +31,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import xarray as xr
 
-from .compression import CODES as COMPRESSOR_NAMES
-from .compression import CompressorSpec, resolve_compressor
+from .compression import CompressorSpec
+from .method_setup import (_check_speeds, _full_batches, _resolve_compressor, _run_local_async, _spec_dict,
+                           compressor_seed, draw_batches, region_assignment, run_batches, run_durations)
+from .noise_scale import NoiseScale, fit_critical_batch, gradient_noise_scale
+from .synthetic_problems import (KINDS, Problem, _seed_attr, _seed_sequence, least_squares_optimum, logistic_optimum,
+                                 make_problem)
 from ..common.checks import check_choice as _check_choice
 from ..common.checks import check_float as _check_float
 from ..common.checks import check_int as _check_int
-from ..common.checks import check_speeds
 from ..common.io import provenance
 from ..kernels import optim as K
 from ..model.specs import SpecError
@@ -61,8 +56,11 @@ __all__ = [
     "Problem",
     "batch_size_sweep",
     "compressor_seed",
+    "draw_batches",
     "fit_critical_batch",
     "gradient_noise_scale",
+    "least_squares_optimum",
+    "logistic_optimum",
     "make_problem",
     "region_assignment",
     "run",
@@ -72,292 +70,9 @@ __all__ = [
     "tokens_to_target",
 ]
 
-KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
 OPTIMIZERS = {"sgd": K.SGD, "momentum": K.MOMENTUM, "adam": K.ADAM}
 METHODS = ("sync", "local", "async", "async_local", "hierarchical", "ist")
 _EVENT_METHODS = ("async", "async_local", "hierarchical")
-
-
-# ---------------------------------------------------------------------------------------------
-# validation helpers
-
-
-def _seed_sequence(seed) -> np.random.SeedSequence:
-    """An int, a SeedSequence, or a Generator (from which a fresh SeedSequence's entropy is drawn)."""
-    if isinstance(seed, np.random.SeedSequence):
-        return seed
-    if isinstance(seed, np.random.Generator):
-        return np.random.SeedSequence([int(v) for v in seed.integers(0, 2**63, size=4)])
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise SpecError("seed", seed, "expected a non-negative integer, a numpy SeedSequence or Generator")
-    return np.random.SeedSequence(int(seed))
-
-
-def _seed_attr(seed):
-    return int(seed) if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
-
-
-# ---------------------------------------------------------------------------------------------
-# problems
-
-
-@dataclass(frozen=True, eq=False)
-class Problem:
-    """A generated training problem: data, shards, and what is known of its optimum.
-
-    ``X`` (``n x d``) and ``y`` (``n``) hold all workers' data, worker ``k`` owning rows
-    ``shard_offsets[k]:shard_offsets[k+1]``. ``teacher`` is the pooled teacher ``theta*`` and
-    ``worker_teachers`` (``W x p``) each shard's. ``optimum`` is the exact minimiser of the pooled
-    objective (closed form for least squares, Newton's method to machine precision for logistic
-    regression; None for the network), ``optimum_loss`` its loss (for the network: the noise
-    floor ``sigma^2 / 2``, the loss of the teacher on noise-free predictions).
-    """
-
-    kind: str
-    X: np.ndarray
-    y: np.ndarray
-    shard_offsets: np.ndarray
-    dim: int
-    hidden: int
-    lam: float
-    sigma: float
-    kappa: float
-    heterogeneity: float
-    teacher: np.ndarray
-    worker_teachers: np.ndarray
-    eigenvalues: np.ndarray
-    optimum: np.ndarray | None
-    optimum_loss: float
-    parameters: dict = field(default_factory=dict)
-
-    @property
-    def code(self) -> int:
-        return KINDS[self.kind]
-
-    @property
-    def workers(self) -> int:
-        return len(self.shard_offsets) - 1
-
-    @property
-    def n_samples(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def n_params(self) -> int:
-        return int(K.n_params(self.code, self.dim, self.hidden))
-
-    def shard(self, k: int) -> slice:
-        return slice(int(self.shard_offsets[k]), int(self.shard_offsets[k + 1]))
-
-    def loss(self, params, idx=None) -> float:
-        """Objective on the examples ``idx`` (default: the whole pooled dataset)."""
-        params = np.ascontiguousarray(params, dtype=np.float64)
-        idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
-        return float(K.batch_loss(self.code, self.hidden, self.lam, params, self.X, self.y, idx,
-                                  np.empty(max(self.hidden, 1))))
-
-    def grad(self, params, idx=None) -> np.ndarray:
-        """Gradient of :meth:`loss`."""
-        params = np.ascontiguousarray(params, dtype=np.float64)
-        idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
-        out = np.empty_like(params)
-        K.batch_grad(self.code, self.hidden, self.lam, params, self.X, self.y, idx, out,
-                     np.empty(max(self.hidden, 1)))
-        return out
-
-    def initial_params(self, seed=0, scale: float = 1.0) -> np.ndarray:
-        """Starting point: zeros for linear models; for the network a random one with the
-        teacher's scales (``scale`` times), so tanh units are not symmetric."""
-        if self.kind != "two_layer":
-            return np.zeros(self.n_params)
-        rng = np.random.default_rng(_seed_sequence(seed))
-        return scale * _random_network(rng, self.dim, self.hidden)
-
-
-def _random_network(rng, d, h):
-    w1 = rng.normal(0.0, 1.0 / math.sqrt(d), size=h * d)
-    b1 = rng.normal(0.0, 0.1, size=h)
-    a = rng.normal(0.0, 1.0 / math.sqrt(h), size=h)
-    return np.concatenate([w1, b1, a, [0.0]])
-
-
-def _network_out(theta, X, h):
-    d = X.shape[1]
-    w1 = theta[: h * d].reshape(h, d)
-    b1 = theta[h * d: h * d + h]
-    a = theta[h * d + h: h * d + 2 * h]
-    return np.tanh(X @ w1.T + b1) @ a + theta[-1]
-
-
-def make_problem(kind: str, n_samples: int, dim: int, workers: int = 1, heterogeneity: float = 0.0,
-                 seed=0, *, kappa: float = 1.0, sigma: float = 0.1, lam: float | None = None,
-                 hidden: int = 8) -> Problem:
-    """Generate a problem (see the module docstring for the data model).
-
-    ``kind``: ``least_squares``, ``logistic`` or ``two_layer``; ``n_samples`` in all, split into
-    ``workers`` shards of (nearly) equal size; ``kappa >= 1`` the condition number of the feature
-    covariance; ``sigma`` the label-noise standard deviation (unused by ``logistic``); ``lam``
-    the L2 coefficient (default 0, and 1e-2 for ``logistic`` where it must be > 0);
-    ``hidden`` the width of the network.
-    """
-    _check_choice("kind", kind, tuple(KINDS))
-    n = _check_int("n_samples", n_samples, 2)
-    d = _check_int("dim", dim, 1)
-    W = _check_int("workers", workers, 1, n)
-    het = _check_float("heterogeneity", heterogeneity, 0.0, 1.0)
-    kappa = _check_float("kappa", kappa, 1.0, 1e12)
-    sigma = _check_float("sigma", sigma, 0.0, 1e6)
-    h = _check_int("hidden", hidden, 1)
-    if lam is None:
-        lam = 1e-2 if kind == "logistic" else 0.0
-    lam = _check_float("lam", lam, 0.0, 1e6, open_min=(kind == "logistic"))
-    ss = _seed_sequence(seed)
-    shared, *worker_ss = ss.spawn(W + 1)
-    rng = np.random.default_rng(shared)
-
-    eig = np.geomspace(1.0 / kappa, 1.0, d)[::-1].copy()
-    q, r = np.linalg.qr(rng.normal(size=(d, d)))
-    Q = q * np.sign(np.diag(r))  # Haar-distributed rotation
-    L = Q * np.sqrt(eig)  # x = L z has covariance Q diag(eig) Q^T
-
-    if kind == "two_layer":
-        teacher = _random_network(rng, d, h)
-    else:
-        teacher = rng.normal(size=d)
-        teacher *= (1.0 if kind == "least_squares" else 3.0) / np.linalg.norm(teacher)
-    p = teacher.size
-    per_coord = np.linalg.norm(teacher) / math.sqrt(p)
-    deltas = rng.normal(0.0, per_coord, size=(W, p))
-    mus = rng.normal(size=(W, d)) @ L.T
-    if W > 1:
-        deltas -= deltas.mean(axis=0)
-        mus -= mus.mean(axis=0)
-    else:
-        deltas[:] = 0.0
-        mus[:] = 0.0
-    worker_teachers = teacher + het * deltas
-
-    offsets = np.linspace(0, n, W + 1).round().astype(np.int64)
-    X = np.empty((n, d))
-    y = np.empty(n)
-    for k in range(W):
-        wr = np.random.default_rng(worker_ss[k])
-        sl = slice(offsets[k], offsets[k + 1])
-        m = offsets[k + 1] - offsets[k]
-        Xk = het * mus[k] + wr.normal(size=(m, d)) @ L.T
-        if kind == "least_squares":
-            yk = Xk @ worker_teachers[k] + sigma * wr.normal(size=m)
-        elif kind == "logistic":
-            prob = 1.0 / (1.0 + np.exp(-(Xk @ worker_teachers[k])))
-            yk = np.where(wr.random(m) < prob, 1.0, -1.0)
-        else:
-            yk = _network_out(worker_teachers[k], Xk, h) + sigma * wr.normal(size=m)
-        X[sl] = Xk
-        y[sl] = yk
-
-    params = dict(kind=kind, n_samples=n, dim=d, workers=W, heterogeneity=het, kappa=kappa,
-                  sigma=sigma, lam=lam, hidden=h, seed=_seed_attr(seed))
-    prob = Problem(kind, X, y, offsets, d, h, lam, sigma, kappa, het, teacher, worker_teachers,
-                   eig, None, math.nan, params)
-    if kind == "least_squares":
-        optimum = least_squares_optimum(X, y, lam)
-        object.__setattr__(prob, "optimum", optimum)
-        object.__setattr__(prob, "optimum_loss", prob.loss(optimum))
-    elif kind == "logistic":
-        optimum = logistic_optimum(X, y, lam)
-        object.__setattr__(prob, "optimum", optimum)
-        object.__setattr__(prob, "optimum_loss", prob.loss(optimum))
-    else:
-        object.__setattr__(prob, "optimum_loss", 0.5 * sigma * sigma)
-    return prob
-
-
-def least_squares_optimum(X, y, lam=0.0) -> np.ndarray:
-    """Closed form: ``(X^T X / n + lam I) w = X^T y / n``."""
-    n, d = X.shape
-    return np.linalg.solve(X.T @ X / n + lam * np.eye(d), X.T @ y / n)
-
-
-def logistic_optimum(X, y, lam, tol=1e-14, max_iter=100) -> np.ndarray:
-    """Minimiser of the L2-regularised logistic loss by Newton's method (quadratic convergence)."""
-    n, d = X.shape
-    w = np.zeros(d)
-    for _ in range(max_iter):
-        m = y * (X @ w)
-        s = 0.5 * (1.0 - np.tanh(0.5 * m))  # 1 / (1 + exp(m))
-        g = -(X.T @ (y * s)) / n + lam * w
-        if np.linalg.norm(g) < tol:
-            break
-        hess = (X.T * (s * (1.0 - s))) @ X / n + lam * np.eye(d)
-        w = w - np.linalg.solve(hess, g)
-    return w
-
-
-# ---------------------------------------------------------------------------------------------
-# runs
-
-
-def draw_batches(problem: Problem, steps: int, batch_size: int, seed) -> np.ndarray:
-    """``int64[steps, W, batch_size]``: worker ``k``'s indices, with replacement from its shard,
-    from the ``k``-th stream spawned from ``seed``."""
-    streams = _seed_sequence(seed).spawn(problem.workers)
-    out = np.empty((steps, problem.workers, batch_size), np.int64)
-    for k, s in enumerate(streams):
-        sl = problem.shard(k)
-        out[:, k, :] = sl.start + np.random.default_rng(s).integers(0, sl.stop - sl.start,
-                                                                     size=(steps, batch_size))
-    return out
-
-
-def run_batches(problem: Problem, steps: int, batch_size: int, seed=0) -> np.ndarray:
-    """The mini-batch indices :func:`run` draws for ``seed`` (for references and tests)."""
-    batch_ss, _ = _seed_sequence(seed).spawn(2)
-    return draw_batches(problem, steps, batch_size, batch_ss)
-
-
-def run_durations(problem: Problem, steps: int, speeds, time_per_step_s: float = 1.0,
-                  jitter: float = 0.0, seed=0) -> np.ndarray:
-    """``float64[steps, W]``: simulated seconds of worker ``k``'s ``j``-th gradient in an async run.
-
-    ``time_per_step_s / speeds[k]``, times (when ``jitter > 0``) a log-normal factor
-    ``exp(jitter z - jitter^2 / 2)`` (mean 1) with ``z`` standard normal, all drawn before the
-    loop from the third child spawned from ``seed``.
-    """
-    speeds = _check_speeds(problem, speeds)
-    tps = _check_float("time_per_step_s", time_per_step_s, 0.0, 1e12, open_min=True)
-    jitter = _check_float("jitter", jitter, 0.0, 10.0)
-    steps = _check_int("steps", steps, 1)
-    base = np.broadcast_to(tps / speeds, (steps, problem.workers))
-    if jitter == 0.0:
-        return np.ascontiguousarray(base, dtype=np.float64)
-    jit_ss = _seed_sequence(seed).spawn(3)[2]
-    z = np.random.default_rng(jit_ss).standard_normal((steps, problem.workers))
-    return np.ascontiguousarray(base * np.exp(jitter * z - 0.5 * jitter * jitter))
-
-
-def _check_speeds(problem: Problem, speeds) -> np.ndarray:
-    return check_speeds(speeds, problem.workers)
-
-
-def compressor_seed(seed=0) -> int:
-    """The compressor seed :func:`run` uses for ``seed`` (an int in ``[0, 2^63)``, for references)."""
-    _, comp_ss = _seed_sequence(seed).spawn(2)
-    return int(comp_ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
-
-
-def _resolve_compressor(compressor) -> CompressorSpec:
-    if isinstance(compressor, str) and compressor not in COMPRESSOR_NAMES:
-        raise SpecError("compressor", compressor, f"expected one of {', '.join(COMPRESSOR_NAMES)}, "
-                        "a mapping or a CompressorSpec")
-    if compressor is not None and not isinstance(compressor, (str, Mapping, CompressorSpec)):
-        raise SpecError("compressor", compressor, "expected a name, a mapping or a CompressorSpec")
-    return resolve_compressor(compressor, where="compressor")
-
-
-def _spec_dict(spec: CompressorSpec) -> dict:
-    out = asdict(spec)
-    out.pop("where", None)
-    return {k: v for k, v in out.items() if v is not None}
 
 
 def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: float = 0.1,
@@ -611,89 +326,6 @@ def run_schedule(problem: Problem, steps, joins, averages, lr: float = 0.1, batc
     return {"params": out, "loss": float(loss), "excess_loss": float(excess), "steps": total}
 
 
-def _full_batches(problem: Problem, steps: int) -> np.ndarray:
-    """``int64[steps, W, n_k]``: every worker's whole shard at every step (equal shards required)."""
-    sizes = np.diff(problem.shard_offsets)
-    if np.any(sizes != sizes[0]):
-        raise SpecError("full_batch", True, f"needs equal shards; shard sizes are {sorted(set(sizes.tolist()))} "
-                        f"(choose n_samples divisible by workers = {problem.workers})")
-    shards = np.stack([np.arange(problem.shard(k).start, problem.shard(k).stop) for k in range(problem.workers)])
-    return np.ascontiguousarray(np.broadcast_to(shards, (steps, *shards.shape)))
-
-
-def _per_entity(name: str, value, n: int, what: str) -> np.ndarray:
-    """One non-negative finite number, or ``n`` of them (one per ``what``)."""
-    try:
-        arr = np.asarray(0.0 if value is None else value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise SpecError(name, value, f"expected a non-negative number or {n} of them (one per {what})") from None
-    if arr.ndim == 0:
-        arr = np.full(n, float(arr))
-    if arr.shape != (n,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise SpecError(name, value, f"expected a non-negative number or {n} of them (one per {what})")
-    return arr
-
-
-def region_assignment(workers: int, regions) -> np.ndarray:
-    """Region index of each worker: ``regions`` an int (equal consecutive groups) or a list."""
-    if isinstance(regions, (int, np.integer)) and not isinstance(regions, bool):
-        R = _check_int("regions", regions, 1, workers)
-        if workers % R:
-            raise SpecError("regions", regions, f"expected a divisor of workers = {workers}, or one region index per worker")
-        return np.repeat(np.arange(R), workers // R).astype(np.int64)
-    try:
-        arr = np.asarray(regions)
-    except (TypeError, ValueError):
-        arr = np.empty(0)
-    if arr.shape != (workers,) or arr.dtype.kind not in "iu" or arr.min() < 0 \
-            or set(arr.tolist()) != set(range(int(arr.max()) + 1)):
-        raise SpecError("regions", regions, f"expected a region count or {workers} region indices 0..R-1, "
-                        "every region used")
-    return arr.astype(np.int64)
-
-
-def _run_local_async(problem, method, steps, B, H, speeds, time_per_step_s, jitter, seed, batch_ss,
-                     worker_comm_s, regions, updates_per_push, region_comm_s, x0, opt, lr, beta1, beta2, eps,
-                     outer_lr, outer_momentum, global_lr, global_momentum, merge_weight, eval_every, spec,
-                     comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale,
-                     upd_worker) -> dict:
-    """Schedule (timing only) then replay (numbers) for ``async_local`` and ``hierarchical``."""
-    W = problem.workers
-    flat = method == "async_local"
-    worker_comm = _per_entity("worker_comm_s", worker_comm_s, W, "worker")
-    if flat:
-        region_of = np.zeros(W, np.int64)
-        R, K_push = 1, 0
-        region_comm = np.zeros(1)
-    else:
-        region_of = region_assignment(W, 1 if regions is None else regions)
-        R = int(region_of.max()) + 1
-        K_push = _check_int("updates_per_push", 1 if updates_per_push is None else updates_per_push, 1)
-        region_comm = _per_entity("region_comm_s", region_comm_s, R, "region")
-        global_lr = _check_float("global_lr", global_lr, 0.0, 1e6, open_min=True)
-        global_momentum = _check_float("global_momentum", global_momentum, 0.0, 1.0, open_max=True)
-        merge_weight = _check_float("merge_weight", merge_weight, 0.0, 1.0)
-    per_step = run_durations(problem, steps * H, speeds, time_per_step_s, jitter, seed)
-    durations = np.ascontiguousarray(per_step.reshape(steps, H, W).sum(axis=1))
-    ev_kind, ev_who, ev_round, ev_time = K.hierarchical_schedule(durations, worker_comm, region_of, region_comm,
-                                                                 K_push, steps)
-    rounds = int(ev_round.max()) + 1
-    batches = draw_batches(problem, rounds * H, B, batch_ss)
-    region_bits = np.zeros(R)
-    K.run_hierarchical(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches, ev_kind,
-                       ev_who, ev_round, ev_time, region_of, R, flat, H, opt, lr, beta1, beta2, eps, outer_lr,
-                       outer_momentum, global_lr, global_momentum, merge_weight, eval_every, spec.code,
-                       comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale,
-                       upd_worker, region_bits)
-    parameters = dict(worker_comm_s=worker_comm.tolist())
-    out = {"parameters": parameters}
-    if not flat:
-        parameters.update(regions=region_of.tolist(), updates_per_push=K_push, region_comm_s=region_comm.tolist(),
-                          global_lr=global_lr, global_momentum=global_momentum, merge_weight=merge_weight)
-        out.update(region_bits=region_bits, region_of=region_of)
-    return out
-
-
 def steps_to_target(ds: xr.Dataset, target: float, var: str = "loss") -> float:
     """First evaluated step at which ``ds[var] <= target`` (NaN if never reached).
 
@@ -708,72 +340,6 @@ def steps_to_target(ds: xr.Dataset, target: float, var: str = "loss") -> float:
 def tokens_to_target(ds: xr.Dataset, target: float, var: str = "loss") -> float:
     """Examples (tokens) processed by all workers until :func:`steps_to_target` (NaN if never)."""
     return steps_to_target(ds, target, var) * ds.attrs["samples_per_step"]
-
-
-# ---------------------------------------------------------------------------------------------
-# gradient noise scale and critical batch
-
-
-@dataclass(frozen=True)
-class NoiseScale:
-    """``B_simple = trace_sigma / grad_sq_norm`` at one point (McCandlish et al. 2018, eq. 2.8).
-
-    ``trace_sigma``: trace of the per-example gradient covariance; ``grad_sq_norm``: ``|G|^2``
-    of the true (pooled) gradient, both over the ``N`` examples of the dataset
-    (``tr = (1/N) sum_i |g_i - G|^2``). They are exact when every example is used, otherwise
-    unbiased estimates from ``m = n_examples`` examples drawn without replacement: with the
-    sample covariance trace ``S2 = (1/(m-1)) sum |g_i - mean|^2``, ``tr = (N-1)/N S2`` and
-    ``|G|^2 = |mean|^2 - (1 - m/N) S2 / m`` (finite-population corrections).
-    """
-
-    b_simple: float
-    trace_sigma: float
-    grad_sq_norm: float
-    n_examples: int
-
-
-def gradient_noise_scale(problem: Problem, params, seed=0, n_examples: int | None = None) -> NoiseScale:
-    """Estimate ``B_simple`` at ``params`` from per-example gradients (see :class:`NoiseScale`)."""
-    if not isinstance(problem, Problem):
-        raise SpecError("problem", type(problem).__name__, "expected a convergence.Problem")
-    params = np.ascontiguousarray(params, dtype=np.float64)
-    if params.shape != (problem.n_params,):
-        raise SpecError("params", params.shape, f"expected {problem.n_params} floats")
-    n = problem.n_samples
-    if n_examples is None or n_examples == n:
-        idx = np.arange(n)
-        exact = True
-    else:
-        m = _check_int("n_examples", n_examples, 2, n)
-        idx = np.sort(np.random.default_rng(_seed_sequence(seed)).choice(n, size=m, replace=False))
-        exact = False
-    g = np.empty((idx.size, problem.n_params))
-    K.per_example_grads(problem.code, problem.hidden, problem.lam, params, problem.X, problem.y,
-                        idx.astype(np.int64), g)
-    mean = g.mean(axis=0)
-    sq = float(((g - mean) ** 2).sum())
-    m = idx.size
-    if exact:
-        tr = sq / m
-        gsq = float(mean @ mean)
-    else:
-        s2 = sq / (m - 1)
-        tr = s2 * (n - 1) / n
-        gsq = float(mean @ mean) - (1.0 - m / n) * s2 / m
-    b = tr / gsq if gsq > 0 else math.inf
-    return NoiseScale(b, tr, gsq, m)
-
-
-def fit_critical_batch(batch_sizes, steps) -> tuple[float, float]:
-    """Fit ``S = S_min (1 + B_crit / B)`` (McCandlish et al. eq. 2.11) by least squares of ``S``
-    on ``1 / B``; returns ``(S_min, B_crit)``. Points with NaN steps are ignored."""
-    b = np.asarray(batch_sizes, dtype=np.float64)
-    s = np.asarray(steps, dtype=np.float64)
-    ok = np.isfinite(s)
-    if ok.sum() < 2:
-        return math.nan, math.nan
-    slope, intercept = np.polyfit(1.0 / b[ok], s[ok], 1)
-    return float(intercept), float(slope / intercept) if intercept > 0 else math.nan
 
 
 def batch_size_sweep(problem: Problem, batch_sizes, lrs, target: float, steps: int, *,

@@ -134,12 +134,12 @@ print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best":
 # default space): the whole command, interpreter start to the printed table, as a user runs it
 SEARCH_COMMAND = r"""
 import contextlib, io, json, resource, sys
-from trainscale import cli
+from trainscale.interface.cli import main, search as search_command
 space = json.loads(sys.argv[1])
-cli.search_space = lambda *args, **kwargs: space
+search_command.search_space = lambda *args, **kwargs: space  # the module whose cmd_search calls it
 with contextlib.redirect_stdout(io.StringIO()) as out:
-    code = cli.main(["search", "--model", sys.argv[2], "--system", sys.argv[3], "--gpus", sys.argv[4],
-                     "--global-batch", sys.argv[5], "--top", "5"])
+    code = main(["search", "--model", sys.argv[2], "--system", sys.argv[3], "--gpus", sys.argv[4],
+                 "--global-batch", sys.argv[5], "--top", "5"])
 assert code == 0 and "rank" in out.getvalue(), out.getvalue()[-2000:]
 # VmHWM: this process's own peak (its address space since exec); ru_maxrss would also count the parent's
 # resident memory copied by the fork before the exec (GBs once the bench has priced the dense grid)

@@ -69,7 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainscale.model import grid, perfmodel, pipeline, validation
+from trainscale.model import perfmodel, pipeline, validation
 
 from trainscale.model import planner
 from trainscale.kernels import layout as K
@@ -96,7 +96,7 @@ def agreement(name: str, worst: float, failures: list, what: str, tol: float = 1
 REFERENCE = r"""
 import json, sys, time
 import numpy as np
-from trainscale.model import grid, perfmodel
+from trainscale import perfmodel
 from trainscale.kernels import layout as K
 from trainscale.kernels.plan import layer_costs
 from trainscale.kernels.grid import grid_plan_costs
@@ -106,7 +106,7 @@ job = json.load(open(sys.argv[1]))
 model, system = resolve_model(job["model"]), resolve_system(job["system"])
 mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
 calib = perfmodel.calibration_vector(system.generation)
-axes = [grid._axis(job["space"][n], n) for n in perfmodel.GRID_AXES]
+axes = [perfmodel._axis(job["space"][n], n) for n in perfmodel.GRID_AXES]
 gpus, gb = job["gpus"], job["global_batch"]
 idx = np.load(sys.argv[2])
 out = np.empty((idx.shape[0], K.O_SIZE))
@@ -125,7 +125,7 @@ print(json.dumps({"seconds": elapsed}))
 SEARCH = r"""
 import json, sys, time
 start = time.perf_counter()
-from trainscale.model import planner
+from trainscale import perfmodel
 grid, ranked = planner.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), top=5)
 elapsed = time.perf_counter() - start
 print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best": ranked[0] if ranked else None}))
@@ -136,12 +136,12 @@ print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best":
 # default space): the whole command, interpreter start to the printed table, as a user runs it
 SEARCH_COMMAND = r"""
 import contextlib, io, json, resource, sys
-from trainscale.interface import cli
+from trainscale.interface.cli import main, search as search_command
 space = json.loads(sys.argv[1])
-cli.search_space = lambda *args, **kwargs: space
+search_command.search_space = lambda *args, **kwargs: space  # the module whose cmd_search calls it
 with contextlib.redirect_stdout(io.StringIO()) as out:
-    code = cli.main(["search", "--model", sys.argv[2], "--system", sys.argv[3], "--gpus", sys.argv[4],
-                     "--global-batch", sys.argv[5], "--top", "5"])
+    code = main(["search", "--model", sys.argv[2], "--system", sys.argv[3], "--gpus", sys.argv[4],
+                 "--global-batch", sys.argv[5], "--top", "5"])
 assert code == 0 and "rank" in out.getvalue(), out.getvalue()[-2000:]
 # VmHWM: this process's own peak (its address space since exec); ru_maxrss would also count the parent's
 # resident memory copied by the fork before the exec (GBs once the bench has priced the dense grid)
@@ -318,7 +318,7 @@ def main() -> int:
         failures.append("space too small")
 
     # --- grid throughput: the kernel alone, then the Dataset-building wrapper users call
-    arrays = [grid._axis(full[name], name) for name in perfmodel.GRID_AXES]
+    arrays = [perfmodel._axis(full[name], name) for name in perfmodel.GRID_AXES]
     calib = perfmodel.calibration_vector(system.generation)
     kernel_args = (perfmodel.model_vector(model), perfmodel.system_vector(system), calib, GPUS, GLOBAL_BATCH,
                    *arrays)
@@ -582,7 +582,7 @@ CURTAIL_DAYS, CURTAIL_REF_DAYS = 28, 2  # simulated trace lengths: jitted, and p
 CURTAIL_JOB = r"""
 import json, sys, time
 import numpy as np
-from trainscale.workloads import curtailment as C
+from trainscale import curtailment as C
 job = json.loads(sys.argv[1])
 trace = C.generate_traces(days=job["days"], seed=job["seed"])
 t0 = time.perf_counter()

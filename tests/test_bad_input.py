@@ -326,12 +326,12 @@ def test_check_finite_names_the_field():
 
 
 def test_keyboard_interrupt_is_one_line(monkeypatch, capsys):
-    from trainscale.interface import cli as cli_module
+    from trainscale.interface.cli import data as cli_data  # the module of the `models` command
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_module, "cmd_models", interrupted)
+    monkeypatch.setattr(cli_data, "cmd_models", interrupted)
     code = main(["models"])
     assert code == 130 and capsys.readouterr().err == "trainscale: interrupted\n"
 

@@ -13,7 +13,9 @@ import numpy as np
 
 from trainscale import __version__
 from trainscale.model import catalog, perfmodel, validation
-from trainscale.interface.cli import SYSTEM_FIELDS, _clean, main
+from trainscale.interface.cli import main
+from trainscale.interface.cli.data import SYSTEM_FIELDS
+from trainscale.interface.cli.shared import _clean
 from trainscale.model.specs import SystemSpec
 
 ISSUE_RUN = {

@@ -1,6 +1,6 @@
-"""notebooks/explore.ipynb and trainscale.interface.explore (issue 12 part 3): the notebook runs headless, the widgets'
-callbacks show the model's numbers for the values they were set to, and every study's interactive main figure
-holds its committed dataset's values."""
+"""notebooks/explore.ipynb, trainscale.interface.explore and explore_figures (issue 12 part 3): the notebook runs
+headless, the widgets' callbacks show the model's numbers for the values they were set to, and every study's
+interactive main figure holds its committed dataset's values."""
 
 import ast
 import json
@@ -14,7 +14,7 @@ from conftest import REPO_ROOT
 pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
-from trainscale.interface import explore
+from trainscale.interface import explore, explore_figures
 from trainscale.model import perfmodel  # noqa: E402
 from trainscale.model import planner
 from trainscale.common import io as tsio  # noqa: E402
@@ -147,32 +147,32 @@ def _study_dirs():
 
 
 def test_every_study_with_a_dataset_has_a_figure_or_a_clear_reason():
-    figures = explore.interactive_figures(FIGURES)
+    figures = explore_figures.interactive_figures(FIGURES)
     for study in _study_dirs():
         assert study in figures
         if isinstance(figures[study], str):
-            assert study in figures[study] and study not in explore.MAIN_FIGURES
-    for study in explore.MAIN_FIGURES:  # every registered study with committed figures has one
+            assert study in figures[study] and study not in explore_figures.MAIN_FIGURES
+    for study in explore_figures.MAIN_FIGURES:  # every registered study with committed figures has one
         assert not isinstance(figures.get(study, ""), str), figures.get(study)
-    with pytest.raises(explore.NoInteractiveFigure, match="no-such-study"):
-        explore.interactive_figure("no-such-study", FIGURES)
+    with pytest.raises(explore_figures.NoInteractiveFigure, match="no-such-study"):
+        explore_figures.interactive_figure("no-such-study", FIGURES)
 
 
 def test_a_figure_is_a_standalone_html_page(tmp_path):
     """Interactive without a server or kernel: plotly.js and the data in one file."""
     page = tmp_path / "overlap.html"
-    explore.interactive_figure("overlap", FIGURES).write_html(page, include_plotlyjs=True)
+    explore_figures.interactive_figure("overlap", FIGURES).write_html(page, include_plotlyjs=True)
     text = page.read_text(encoding="utf-8")
     assert "Plotly.newPlot" in text and "step time" in text
 
 
-@pytest.mark.parametrize("study", sorted(explore.MAIN_FIGURES))
+@pytest.mark.parametrize("study", sorted(explore_figures.MAIN_FIGURES))
 def test_interactive_figure_data_equal_the_dataset(study):
-    spec = explore.MAIN_FIGURES[study]
+    spec = explore_figures.MAIN_FIGURES[study]
     # the main figure is the first figure the study declares
     assert spec.figure == [o for o in registry.load(study).outputs if o.endswith(".png")][0]
     ds = tsio.read_dataset(FIGURES / study / spec.dataset)
-    fig = explore.interactive_figure(study, FIGURES)
+    fig = explore_figures.interactive_figure(study, FIGURES)
     traces = [t for t in fig.data if not (t.meta or {}).get("reference")]
     assert traces
     if spec.kind == "gantt":
@@ -189,7 +189,7 @@ def test_interactive_figure_data_equal_the_dataset(study):
     for t in traces:
         variable, selection = t.meta["variable"], t.meta["selection"]
         assert variable in spec.y
-        x, y = explore.trace_expected(ds, spec, variable, selection)
+        x, y = explore_figures.trace_expected(ds, spec, variable, selection)
         np.testing.assert_array_equal(np.asarray(t.y, float), np.asarray(y, float))
         assert list(t.x) == x.tolist()
         drawn += len(t.y)
@@ -205,19 +205,19 @@ def test_interactive_figure_data_equal_the_dataset(study):
 
 def test_spot_checks_against_the_dataset_directly():
     """Independent of trace_expected: a few traces read back by name."""
-    fig = explore.interactive_figure("datacenter-design", FIGURES)
+    fig = explore_figures.interactive_figure("datacenter-design", FIGURES)
     ds = tsio.read_dataset(FIGURES / "datacenter-design" / "datacenter_design.nc")
     trace = next(t for t in fig.data if t.name == "moe-1.8t, flat")
     np.testing.assert_array_equal(trace.y, ds["mfu_domain"].sel(model="moe-1.8t", network="flat").values)
     np.testing.assert_array_equal(trace.x, ds["domain"].values)
 
-    fig = explore.interactive_figure("geo-distributed", FIGURES)
+    fig = explore_figures.interactive_figure("geo-distributed", FIGURES)
     ds = tsio.read_dataset(FIGURES / "geo-distributed" / "geo_pipeline.nc")
     trace = next(t for t in fig.data if t.name == "baseline")
     geomean = np.exp(np.log(ds["tokens_per_s"].sel(approach="baseline").values).mean(axis=1))
     np.testing.assert_allclose(trace.y, geomean, rtol=1e-14)
 
-    fig = explore.interactive_figure("validation", FIGURES)
+    fig = explore_figures.interactive_figure("validation", FIGURES)
     ds = tsio.read_dataset(FIGURES / "validation" / "validation.nc")
     points = sum(len(t.x) for t in fig.data if not (t.meta or {}).get("reference"))
     assert points == ds.sizes["run"]
@@ -237,10 +237,11 @@ def test_notebook_is_committed_stripped_with_a_parameters_cell():
     ast.parse("".join(params[0]["source"]))
     source = "\n".join("".join(c["source"]) for c in code)
     assert "chdir" not in source and "trainscale.kernels" not in source
-    tree = ast.parse((REPO_ROOT / "pkg" / "trainscale" / "interface" / "explore.py").read_text(encoding="utf-8"))
-    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    assert not [m for m in imported if "kernels" in m.split(".")], imported  # the model's API only
+    for module in ("explore.py", "explore_figures.py"):  # the widgets and the figures: the model's API only
+        tree = ast.parse((REPO_ROOT / "pkg" / "trainscale" / "interface" / module).read_text(encoding="utf-8"))
+        imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if "kernels" in m.split(".")], (module, imported)
 
 
 # slow: executes the explore notebook (8 s); CI runs it (make test-all)
@@ -258,7 +259,7 @@ def test_notebook_executes_headless(tmp_path):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     mimes = [m for o in outputs for m in o.get("data", {})]
     assert "application/vnd.jupyter.widget-view+json" in mimes  # the explorer
-    n_studies = len(explore.MAIN_FIGURES)
+    n_studies = len(explore_figures.MAIN_FIGURES)
     assert mimes.count("application/vnd.plotly.v1+json") >= n_studies  # every study's figure
     text = "".join("".join(o.get("text", "")) for o in outputs)
     assert f"study datasets read from {FIGURES}" in text
@@ -270,4 +271,4 @@ def test_the_pruning_explorer_shows_the_interval_the_study_draws():
     from trainscale.studies import pruning
 
     ds = tsio.read_dataset(FIGURES / "pruning" / "mixing.nc")
-    assert explore.MAIN_FIGURES["pruning"].sel["interval"] == pruning._paper_interval(ds)
+    assert explore_figures.MAIN_FIGURES["pruning"].sel["interval"] == pruning._paper_interval(ds)

@@ -13,7 +13,7 @@ from conftest import REPO_ROOT
 pytest.importorskip("plotly")
 pytest.importorskip("ipywidgets")
 
-from trainscale.interface import explore  # noqa: E402
+from trainscale.interface import explore, explore_figures  # noqa: E402
 from trainscale.model.searchspace import FOLD_KNOBS, plan_differences, same_cost  # noqa: E402
 
 FIGURES = REPO_ROOT / "figures"
@@ -128,13 +128,13 @@ def test_search_shows_the_compact_table():
 
 def test_log_ticks_label_full_values_only():
     for lo, hi in ((15, 2100), (0.001, 1.2), (2e-5, 0.1), (400, 490), (8, 2048), (1, 1e12)):
-        ticks = explore.log_ticks([lo, hi])
+        ticks = explore_figures.log_ticks([lo, hi])
         assert 2 <= len(ticks["tickvals"]) <= 9, (lo, hi, ticks["ticktext"])
         for value, text in zip(ticks["tickvals"], ticks["ticktext"]):
             assert parse_tick(text) == pytest.approx(value, rel=1e-9), (value, text)
         assert not set(ticks["minor"]["tickvals"]) & set(ticks["tickvals"])
-    assert explore.log_ticks([15, 2100])["ticktext"] == ["20", "50", "100", "200", "500", "1000", "2000"]
-    assert explore.log_ticks([0.001, 1.2])["ticktext"] == ["0.001", "0.01", "0.1", "1"]
+    assert explore_figures.log_ticks([15, 2100])["ticktext"] == ["20", "50", "100", "200", "500", "1000", "2000"]
+    assert explore_figures.log_ticks([0.001, 1.2])["ticktext"] == ["0.001", "0.01", "0.1", "1"]
 
 
 def parse_tick(text: str) -> float:
@@ -143,18 +143,18 @@ def parse_tick(text: str) -> float:
 
 
 def _committed():
-    return [s for s, spec in sorted(explore.MAIN_FIGURES.items()) if (FIGURES / s / spec.dataset).is_file()]
+    return [s for s, spec in sorted(explore_figures.MAIN_FIGURES.items()) if (FIGURES / s / spec.dataset).is_file()]
 
 
 @pytest.fixture(scope="module")
 def study_figures():
-    return explore.interactive_figures(FIGURES, _committed())
+    return explore_figures.interactive_figures(FIGURES, _committed())
 
 
 @pytest.mark.parametrize("study", _committed())
 def test_study_figure_layout_fits_and_names_everything(study, study_figures):
     fig = study_figures[study]
-    spec = explore.MAIN_FIGURES[study]
+    spec = explore_figures.MAIN_FIGURES[study]
     layout = fig.layout
     assert layout.width is None and layout.autosize is True
     # log axes: ticks at chosen values, each labelled with its full value (no bare minor "2", "5")
@@ -168,17 +168,18 @@ def test_study_figure_layout_fits_and_names_everything(study, study_figures):
     assert title.yref == "container" and title.yanchor == "top"
     title_lines = title.text.count("<br>") + 1  # the subtitle is one of them
     panel_lines = max((a.text.count("<br>") + 1 for a in layout.annotations if a.text), default=0)
-    assert layout.margin.t >= (explore.TITLE_TOP_PX + explore.LINE_PX["title"] * (title_lines - 1)
-                               + explore.LINE_PX["subtitle"] + explore.LINE_PX["panel"] * panel_lines)
-    assert (1 - title.y) * layout.height == pytest.approx(explore.TITLE_TOP_PX)
+    assert layout.margin.t >= (explore_figures.TITLE_TOP_PX + explore_figures.LINE_PX["title"] * (title_lines - 1)
+                               + explore_figures.LINE_PX["subtitle"] + explore_figures.LINE_PX["panel"] * panel_lines)
+    assert (1 - title.y) * layout.height == pytest.approx(explore_figures.TITLE_TOP_PX)
     # axis titles no longer than their row (y) or panel (x): a long one cannot reach the chart title
     for axis in fig.select_yaxes():
         for line in (axis.title.text or "").split("<br>"):
-            assert len(line) * explore.AXIS_TITLE_PX <= explore.ROW_HEIGHT_PX, (study, line)
+            assert len(line) * explore_figures.AXIS_TITLE_PX <= explore_figures.ROW_HEIGHT_PX, (study, line)
     cols = max(1, len({a.domain[0] for a in fig.select_xaxes()}))
     for axis in fig.select_xaxes():
         for line in (axis.title.text or "").split("<br>"):
-            assert len(line) <= explore._panel_chars(cols, explore.AXIS_TITLE_PX) or " " not in line, (study, line)
+            chars = explore_figures._panel_chars(cols, explore_figures.AXIS_TITLE_PX)
+            assert len(line) <= chars or " " not in line, (study, line)
     # every legend entry is named, and the legend says what the names are
     for trace in fig.data:
         if trace.showlegend is not False:

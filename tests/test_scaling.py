@@ -49,7 +49,7 @@ def test_each_count_carries_its_best_plans_confidence(curve):
 
 def test_the_flag_shows_in_the_scale_table():
     """A count whose plan is flagged prints the generation's best measured MFU and the error in 'above best'."""
-    from trainscale.interface.cli import _scale_above_text
+    from trainscale.interface.cli.search import _scale_above_text
 
     ds = scaling.scaling_curve(MODEL, SYSTEM, [8], BATCH)
     ds["above_best_measured"].values[0] = False

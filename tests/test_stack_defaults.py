@@ -164,7 +164,7 @@ def test_every_default_has_a_source_naming_a_file_or_commit():
 
 
 def test_predict_help_lists_every_plan_field_with_its_unit_and_each_stacks_defaults(capsys):
-    assert set(cli.PLAN_FIELDS) == {f.name for f in dataclasses.fields(PlanSpec)}
+    assert set(cli.predict.PLAN_FIELDS) == {f.name for f in dataclasses.fields(PlanSpec)}
     with pytest.raises(SystemExit):
         cli.main(["predict", "--help"])
     out = capsys.readouterr().out

@@ -21,8 +21,11 @@ from ..kernels.grid import evaluate_grid_ep as _grid_kernel
 from ..kernels.collectives import allgather_time as _allgather_time
 from ..kernels.collectives import allreduce_time as _allreduce_time
 from ..kernels.collectives import alltoall_time as _alltoall_time
-from ..kernels.plan import (layer_costs, layer_fwd_bwd, out_link as _out_link, plan_costs, power_draw,
-                            split_chunk_layers, step_straggler_time)
+from ..kernels.collectives import out_link as _out_link
+from ..kernels.layer import layer_costs, layer_fwd_bwd
+from ..kernels.pipesplit import split_chunk_layers
+from ..kernels.plan import plan_costs, step_straggler_time
+from ..kernels.power import power_draw
 from .specs import DEFAULT_STACK, FP8_RECIPES, PRECISIONS, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec, RunSpec, SpecError, SystemSpec, resolve_model, \
     resolve_system
 
@@ -297,7 +300,7 @@ def plan_fields(plan: PlanSpec) -> tuple:
 
 def plan_split(plan: PlanSpec) -> tuple[int, int, int]:
     """The pipeline split as the kernels take it: ``(first, last, ends)``
-    (:func:`~trainscale.kernels.plan.split_chunk_layers`; all 0: the stack's default)."""
+    (:func:`~trainscale.kernels.pipesplit.split_chunk_layers`; all 0: the stack's default)."""
     return plan.first_stage_layers, plan.last_stage_layers, plan.split_ends
 
 

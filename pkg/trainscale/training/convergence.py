@@ -4,7 +4,7 @@
 label noise, L2-regularised logistic regression, or a two-layer tanh network fitted to a teacher
 of the same shape; the data are split into one shard per worker, non-IID by ``heterogeneity``.
 :func:`run` trains it with synchronous data parallelism, local SGD / DiLoCo, or asynchronous
-SGD with staleness set by worker speeds (the kernels of :mod:`trainscale.kernels.optim`) and returns the loss, gradient-norm and bits-sent curves as an
+SGD with staleness set by worker speeds (the kernels of :mod:`trainscale.kernels.optim`, on the problems of :mod:`trainscale.kernels.objectives`) and returns the loss, gradient-norm and bits-sent curves as an
 ``xarray.Dataset``; :func:`steps_to_target` and :func:`tokens_to_target` read the first crossing
 of a target loss. :func:`gradient_noise_scale` estimates ``B_simple = tr(Sigma) / |G|^2``
 (McCandlish et al. 2018, arXiv 1812.06162, eq. 2.8) from per-example gradients;
@@ -50,6 +50,7 @@ from ..common.checks import check_float as _check_float
 from ..common.checks import check_int as _check_int
 from ..common.checks import check_speeds
 from ..common.io import provenance
+from ..kernels import hierarchical, objectives
 from ..kernels import optim as K
 from ..model.specs import SpecError
 
@@ -72,7 +73,8 @@ __all__ = [
     "tokens_to_target",
 ]
 
-KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
+KINDS = {"least_squares": objectives.LEAST_SQUARES, "logistic": objectives.LOGISTIC,
+         "two_layer": objectives.TWO_LAYER}
 OPTIMIZERS = {"sgd": K.SGD, "momentum": K.MOMENTUM, "adam": K.ADAM}
 METHODS = ("sync", "local", "async", "async_local", "hierarchical", "ist")
 _EVENT_METHODS = ("async", "async_local", "hierarchical")
@@ -144,7 +146,7 @@ class Problem:
 
     @property
     def n_params(self) -> int:
-        return int(K.n_params(self.code, self.dim, self.hidden))
+        return int(objectives.n_params(self.code, self.dim, self.hidden))
 
     def shard(self, k: int) -> slice:
         return slice(int(self.shard_offsets[k]), int(self.shard_offsets[k + 1]))
@@ -153,16 +155,16 @@ class Problem:
         """Objective on the examples ``idx`` (default: the whole pooled dataset)."""
         params = np.ascontiguousarray(params, dtype=np.float64)
         idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
-        return float(K.batch_loss(self.code, self.hidden, self.lam, params, self.X, self.y, idx,
-                                  np.empty(max(self.hidden, 1))))
+        return float(objectives.batch_loss(self.code, self.hidden, self.lam, params, self.X, self.y, idx,
+                                           np.empty(max(self.hidden, 1))))
 
     def grad(self, params, idx=None) -> np.ndarray:
         """Gradient of :meth:`loss`."""
         params = np.ascontiguousarray(params, dtype=np.float64)
         idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
         out = np.empty_like(params)
-        K.batch_grad(self.code, self.hidden, self.lam, params, self.X, self.y, idx, out,
-                     np.empty(max(self.hidden, 1)))
+        objectives.batch_grad(self.code, self.hidden, self.lam, params, self.X, self.y, idx, out,
+                              np.empty(max(self.hidden, 1)))
         return out
 
     def initial_params(self, seed=0, scale: float = 1.0) -> np.ndarray:
@@ -403,7 +405,7 @@ def run(problem: Problem, method: str = "sync", optimizer: str = "sgd", lr: floa
       ``region_comm_s`` away (one number or one per region); the global server applies its own
       Nesterov step (``global_lr``, ``global_momentum``) and returns its model, which the region
       merges with weight ``merge_weight``. Loss and gradient norm are the global model's.
-      See :func:`trainscale.kernels.optim.hierarchical_schedule` and ``run_hierarchical``.
+      See :func:`trainscale.kernels.hierarchical.hierarchical_schedule` and ``run_hierarchical``.
 
     For ``async_local`` and ``hierarchical`` ``steps`` counts worker messages (``H`` inner steps
     each) and ``eval_every`` defaults to 1. Event-driven Datasets also have the coordinate
@@ -675,16 +677,16 @@ def _run_local_async(problem, method, steps, B, H, speeds, time_per_step_s, jitt
         merge_weight = _check_float("merge_weight", merge_weight, 0.0, 1.0)
     per_step = run_durations(problem, steps * H, speeds, time_per_step_s, jitter, seed)
     durations = np.ascontiguousarray(per_step.reshape(steps, H, W).sum(axis=1))
-    ev_kind, ev_who, ev_round, ev_time = K.hierarchical_schedule(durations, worker_comm, region_of, region_comm,
-                                                                 K_push, steps)
+    ev_kind, ev_who, ev_round, ev_time = hierarchical.hierarchical_schedule(durations, worker_comm, region_of,
+                                                                            region_comm, K_push, steps)
     rounds = int(ev_round.max()) + 1
     batches = draw_batches(problem, rounds * H, B, batch_ss)
     region_bits = np.zeros(R)
-    K.run_hierarchical(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches, ev_kind,
-                       ev_who, ev_round, ev_time, region_of, R, flat, H, opt, lr, beta1, beta2, eps, outer_lr,
-                       outer_momentum, global_lr, global_momentum, merge_weight, eval_every, spec.code,
-                       comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale,
-                       upd_worker, region_bits)
+    hierarchical.run_hierarchical(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches,
+                                  ev_kind, ev_who, ev_round, ev_time, region_of, R, flat, H, opt, lr, beta1, beta2,
+                                  eps, outer_lr, outer_momentum, global_lr, global_momentum, merge_weight, eval_every,
+                                  spec.code, comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time,
+                                  upd_stale, upd_worker, region_bits)
     parameters = dict(worker_comm_s=worker_comm.tolist())
     out = {"parameters": parameters}
     if not flat:
@@ -748,8 +750,8 @@ def gradient_noise_scale(problem: Problem, params, seed=0, n_examples: int | Non
         idx = np.sort(np.random.default_rng(_seed_sequence(seed)).choice(n, size=m, replace=False))
         exact = False
     g = np.empty((idx.size, problem.n_params))
-    K.per_example_grads(problem.code, problem.hidden, problem.lam, params, problem.X, problem.y,
-                        idx.astype(np.int64), g)
+    objectives.per_example_grads(problem.code, problem.hidden, problem.lam, params, problem.X, problem.y,
+                                 idx.astype(np.int64), g)
     mean = g.mean(axis=0)
     sq = float(((g - mean) ** 2).sum())
     m = idx.size

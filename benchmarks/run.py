@@ -98,7 +98,7 @@ import json, sys, time
 import numpy as np
 from trainscale import perfmodel
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import layer_costs
+from trainscale.kernels.layer import layer_costs
 from trainscale.kernels.grid import grid_plan_costs
 from trainscale.model.specs import resolve_model, resolve_system
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trainscale.training import convergence as C
+from trainscale.kernels import hierarchical as KH
 from trainscale.kernels import optim as K
 from trainscale.model.specs import SpecError
 
@@ -19,9 +20,9 @@ def test_schedule_by_hand():
     """Two workers (1 s and 2 s per round), one region pushing every K = 2 updates, 0.1 s to the
     regional server, 0.5 s to the global one."""
     dur = np.tile([1.0, 2.0], (6, 1))
-    kind, who, rnd, when = K.hierarchical_schedule(dur, np.array([0.1, 0.1]), np.array([0, 0]),
+    kind, who, rnd, when = KH.hierarchical_schedule(dur, np.array([0.1, 0.1]), np.array([0, 0]),
                                                    np.array([0.5]), 2, 5)
-    W_, P_, G_, M_ = K.EV_WORKER, K.EV_PUSH, K.EV_GLOBAL, K.EV_MERGE
+    W_, P_, G_, M_ = KH.EV_WORKER, KH.EV_PUSH, KH.EV_GLOBAL, KH.EV_MERGE
     expected = [  # (kind, who, round, time)
         (W_, 0, 0, 1.1),   # worker 0: 1 s compute + 0.1 s upload
         (W_, 1, 0, 2.1),   # worker 1: 2 s + 0.1 s; the region now has K = 2 updates ...
@@ -42,17 +43,17 @@ def test_schedule_by_hand():
 def _ref_schedule(dur, wcomm, region_of, rcomm, K_push, messages):
     """Plain-Python event queue: pending events as (time, priority, index, kind), sorted each time."""
     W, R = dur.shape[1], len(rcomm)
-    prio = {K.EV_GLOBAL: 0, K.EV_MERGE: 1, K.EV_WORKER: 2}
-    pending = [(dur[0, k] + wcomm[k], prio[K.EV_WORKER], k, K.EV_WORKER) for k in range(W)]
+    prio = {KH.EV_GLOBAL: 0, KH.EV_MERGE: 1, KH.EV_WORKER: 2}
+    pending = [(dur[0, k] + wcomm[k], prio[KH.EV_WORKER], k, KH.EV_WORKER) for k in range(W)]
     rounds, count, busy, out, done = [0] * W, [0] * R, [False] * R, [], 0
     while done < messages:
         pending.sort()
         t, _, i, kind = pending.pop(0)
-        out.append((kind, i, rounds[i] if kind == K.EV_WORKER else -1, t))
-        if kind == K.EV_GLOBAL:
-            pending.append((t + rcomm[i], prio[K.EV_MERGE], i, K.EV_MERGE))
+        out.append((kind, i, rounds[i] if kind == KH.EV_WORKER else -1, t))
+        if kind == KH.EV_GLOBAL:
+            pending.append((t + rcomm[i], prio[KH.EV_MERGE], i, KH.EV_MERGE))
             continue
-        if kind == K.EV_MERGE:
+        if kind == KH.EV_MERGE:
             r, busy[i] = i, False
         else:
             r = region_of[i]
@@ -60,11 +61,11 @@ def _ref_schedule(dur, wcomm, region_of, rcomm, K_push, messages):
             done += 1
             count[r] += 1
             if done < messages:
-                pending.append((t + 2 * wcomm[i] + dur[rounds[i], i], prio[K.EV_WORKER], i, K.EV_WORKER))
+                pending.append((t + 2 * wcomm[i] + dur[rounds[i], i], prio[KH.EV_WORKER], i, KH.EV_WORKER))
         if K_push > 0 and count[r] >= K_push and not busy[r] and done < messages:
-            out.append((K.EV_PUSH, r, -1, t))
+            out.append((KH.EV_PUSH, r, -1, t))
             count[r], busy[r] = 0, True
-            pending.append((t + rcomm[r], prio[K.EV_GLOBAL], r, K.EV_GLOBAL))
+            pending.append((t + rcomm[r], prio[KH.EV_GLOBAL], r, KH.EV_GLOBAL))
     return out
 
 
@@ -79,12 +80,12 @@ def test_schedule_matches_python_event_queue(W, R, K_push, messages, seed):
     dur = rng.uniform(0.1, 3.0, (messages, W))
     wcomm = rng.uniform(0.0, 0.5, W)
     rcomm = rng.uniform(0.0, 4.0, R)
-    got = K.hierarchical_schedule(dur, wcomm, region_of, rcomm, K_push, messages)
+    got = KH.hierarchical_schedule(dur, wcomm, region_of, rcomm, K_push, messages)
     ref = _ref_schedule(dur, wcomm, region_of, rcomm, K_push, messages)
     assert list(zip(*(a.tolist() for a in got[:3]))) == [r[:3] for r in ref]
     np.testing.assert_allclose(got[3], [r[3] for r in ref], rtol=1e-12, atol=0)
     assert (np.diff(got[3]) >= 0).all()
-    assert (got[0] == K.EV_WORKER).sum() == messages
+    assert (got[0] == KH.EV_WORKER).sum() == messages
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ def _ref_hierarchical(p, kw, seed):
     dur = C.run_durations(p, kw["steps"] * H, kw["speeds"], 1.0, 0.0, seed).reshape(kw["steps"], H, W).sum(axis=1)
     wcomm = np.full(W, kw.get("worker_comm_s", 0.0))
     rcomm = np.full(R, kw.get("region_comm_s", 0.0))
-    ev = K.hierarchical_schedule(dur, wcomm, region_of.astype(np.int64), rcomm, 0 if flat else kw["updates_per_push"],
+    ev = KH.hierarchical_schedule(dur, wcomm, region_of.astype(np.int64), rcomm, 0 if flat else kw["updates_per_push"],
                                  kw["steps"])
     batches = C.run_batches(p, (ev[2].max() + 1) * H, B, seed)
     x0 = np.zeros(p.dim)
@@ -127,7 +128,7 @@ def _ref_hierarchical(p, kw, seed):
     losses = [p.loss(x0)]
     u = 0
     for kind, who, rnd, _ in zip(*ev):
-        if kind == K.EV_WORKER:
+        if kind == KH.EV_WORKER:
             r = 0 if flat else region_of[who]
             xk = xs[who].copy()
             for h in range(H):
@@ -136,9 +137,9 @@ def _ref_hierarchical(p, kw, seed):
             xs[who] = xr[r].copy()
             u += 1
             losses.append(p.loss(xr[0] if flat else xg))
-        elif kind == K.EV_PUSH:
+        elif kind == KH.EV_PUSH:
             pushed[who], acc[who] = acc[who].copy(), np.zeros(p.dim)
-        elif kind == K.EV_GLOBAL:
+        elif kind == KH.EV_GLOBAL:
             _nesterov(xg, ug, pushed[who], kw["global_lr"], kw["global_momentum"])
             returned[who] = xg.copy()
         else:

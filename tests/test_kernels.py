@@ -20,9 +20,11 @@ from trainscale.model import perfmodel
 from trainscale.kernels import collectives as C
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
-from trainscale.kernels import plan as P
+from trainscale.kernels import zero3
 from trainscale.kernels.grid import evaluate_grid as grid_kernel
-from trainscale.kernels.plan import layer_costs, plan_costs, stage_layers
+from trainscale.kernels.layer import layer_costs
+from trainscale.kernels.pipesplit import stage_layers
+from trainscale.kernels.plan import plan_costs
 from trainscale.model.specs import ModelSpec, PlanSpec, RunSpec, resolve_model, resolve_system
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +247,7 @@ def test_zero3_matrices_add_up_to_the_layer_weights(name, matrices):
     model = resolve_model(name)
     vec = perfmodel.model_vector(model)
     assert vec[K.M_TENSORS_LAYER] == matrices
-    total = sum(P.zero3_tensor_params(vec, i) for i in range(matrices))
+    total = sum(zero3.zero3_tensor_params(vec, i) for i in range(matrices))
     h = model.hidden
     extras = (4 * h + (h + 2 * model.kv_heads * model.head_dim) + h + model.ffn_hidden + h if model.has_biases
               else 2 * h)
@@ -261,10 +263,10 @@ def test_zero3_windows_are_the_sum_over_matrices(work_s, share_recomp, group, na
     vec = perfmodel.model_vector(resolve_model(name))
     calib = _z3_calib(2e-3)
     n, tp, slow = int(vec[K.M_TENSORS_LAYER]), 1, 0.2
-    sizes = [P.zero3_tensor_params(vec, i) for i in range(n)]
+    sizes = [zero3.zero3_tensor_params(vec, i) for i in range(n)]
     shares = [x / sum(sizes) for x in sizes]
-    gather = [P.zero3_tensor_gather_time(vec, Z3_SYSTEM, calib, tp, group, i) - 2e-3 for i in range(n)]
-    bw, lat = P.out_link(Z3_SYSTEM, group, tp)
+    gather = [zero3.zero3_tensor_gather_time(vec, Z3_SYSTEM, calib, tp, group, i) - 2e-3 for i in range(n)]
+    bw, lat = C.out_link(Z3_SYSTEM, group, tp)
     scatter = [C.allgather_time(2.0 * x, group, tp, 8, Z3_SYSTEM[K.S_SCALE_UP_BW], Z3_SYSTEM[K.S_SCALE_UP_LAT], bw,
                                 lat, calib[K.C_NET_EFF]) for x in sizes]
 
@@ -275,7 +277,7 @@ def test_zero3_windows_are_the_sum_over_matrices(work_s, share_recomp, group, na
     recomp = share_recomp * work_s
     bwd = sum(exposed(gather[(i + 1) % n], recomp * shares[i]) + 2e-3 for i in range(n)) if recomp else 0.0
     bwd += sum(exposed(gather[i - 1] + scatter[(i + 1) % n], 2 * work_s * shares[i]) + 2e-3 for i in range(n))
-    got = P.zero3_tensor_windows(vec, Z3_SYSTEM, calib, tp, group, work_s, recomp, 2 * work_s, slow)
+    got = zero3.zero3_tensor_windows(vec, Z3_SYSTEM, calib, tp, group, work_s, recomp, 2 * work_s, slow)
     assert got[0] == pytest.approx(fwd, rel=1e-12) and got[1] == pytest.approx(bwd, rel=1e-12)
 
 
@@ -288,8 +290,8 @@ def test_zero3_one_matrix_ahead_never_hides_more_than_a_layer_ahead(work_s, grou
     vec = perfmodel.model_vector(resolve_model(name))
     calib = _z3_calib(0.0)
     n = int(vec[K.M_TENSORS_LAYER])
-    gathers = sum(P.zero3_tensor_gather_time(vec, Z3_SYSTEM, calib, 1, group, i) for i in range(n))
-    fwd, _ = P.zero3_tensor_windows(vec, Z3_SYSTEM, calib, 1, group, work_s, 0.0, 2 * work_s, 0.0)
+    gathers = sum(zero3.zero3_tensor_gather_time(vec, Z3_SYSTEM, calib, 1, group, i) for i in range(n))
+    fwd, _ = zero3.zero3_tensor_windows(vec, Z3_SYSTEM, calib, 1, group, work_s, 0.0, 2 * work_s, 0.0)
     assert fwd >= max(0.0, gathers - work_s) * (1 - 1e-12)
 
 

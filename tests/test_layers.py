@@ -101,3 +101,11 @@ def test_an_old_flat_path_imports_the_moved_module_with_a_warning(old, new):
     assert module is importlib.import_module(new) and attr is module
     assert [str(w.message) for w in caught if w.category is DeprecationWarning][:1] == \
         [f"trainscale.{old} moved to {new}; import it from there"]
+
+
+def test_no_file_of_the_package_is_over_600_lines(mods):
+    """Issue 39: a file past about 500 lines holds more than one idea; none may pass 600."""
+    data = sorted(p for p in layers.package_dir().joinpath("data").rglob("*.py"))
+    long = {str(p.relative_to(ROOT)): n for p in [m.path for m in mods.values()] + data
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert long == {}

@@ -18,7 +18,8 @@ import pytest
 
 from trainscale.model import perfmodel, validation
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import layer_costs, state_bytes_per_param
+from trainscale.kernels.layer import layer_costs
+from trainscale.kernels.memory import state_bytes_per_param
 from trainscale.model.specs import RunSpec
 
 GiB = 2.0**30

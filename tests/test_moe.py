@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from trainscale.model import perfmodel, validation
 from conftest import grid_predictions
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import BYTES, ROUTER_SCORE_BYTES, layer_costs, moe_dispatch_time, moe_permute_time
+from trainscale.kernels.collectives import BYTES
+from trainscale.kernels.layer import layer_costs
+from trainscale.kernels.moe import ROUTER_SCORE_BYTES, moe_dispatch_time, moe_permute_time
 from trainscale.model.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
 
 # a small MoE of Qwen3-30B-A3B's proportions: 4 layers, h = 1024, 16 heads, SwiGLU experts 512 wide, 32 experts, top-4
@@ -197,7 +199,7 @@ def test_every_bridge_moe_row_fits_but_the_known_misses():
 
 
 # measured 2026-12-06 on this model (nothing fitted to these rows): 45.7% over the 12 MoE rows with the MoE host
-# issue term (moe_host: kernels.plan.moe_host_time), 55.1% without it, 57.9% before the dispatch / permutation /
+# issue term (moe_host: kernels.moe.moe_host_time), 55.1% without it, 57.9% before the dispatch / permutation /
 # imbalance terms of issue 36; the guard leaves about 5 points of margin
 BRIDGE_MOE_MAPE_BOUND = 51.0
 

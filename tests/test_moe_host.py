@@ -1,4 +1,4 @@
-"""The host issue of a mixture-of-experts layer (``moe_host``, kernels.plan.moe_host_time): the ops Megatron-Core
+"""The host issue of a mixture-of-experts layer (``moe_host``, kernels.moe.moe_host_time): the ops Megatron-Core
 issues after its dropless dispatcher's tokens-per-expert device-to-host sync, priced by hand from the counts and
 the constants in data/calibration.yaml; zero, and bit-identical predictions, for dense models."""
 
@@ -9,7 +9,8 @@ import pytest
 
 from trainscale.model import catalog, perfmodel
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import layer_costs, moe_host_time
+from trainscale.kernels.layer import layer_costs
+from trainscale.kernels.moe import moe_host_time
 from trainscale.model.specs import ModelSpec, RunSpec, SystemSpec, resolve_model
 
 # the small MoE of test_moe: 4 layers, h = 1024, 32 experts of 512, top-4

@@ -11,7 +11,7 @@ from trainscale.model import perfmodel
 from trainscale.model import planner
 from trainscale.kernels import collectives as C
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import layer_costs
+from trainscale.kernels.layer import layer_costs
 from trainscale.model.specs import ModelSpec, RunSpec, SpecError, SystemSpec, resolve_model
 
 BW_UP, LAT_UP, BW_OUT, LAT_OUT, ETA = 450e9, 2e-6, 50e9, 5e-6, 0.8
@@ -116,7 +116,7 @@ def test_hop_latency_adds_two_or_four_hops():
     sys0 = SystemSpec.from_catalog("dgx-h100")
     vec = perfmodel.system_vector(SystemSpec.from_catalog("dgx-h100", {"scale_out_leaf_gpus": 16,
                                                                         "scale_out_hop_latency_s": 1e-6}))
-    from trainscale.kernels.plan import out_link
+    from trainscale.kernels.collectives import out_link
     assert out_link(vec, 2, 8)[1] == pytest.approx(sys0.scale_out_latency_s + 2e-6, rel=1e-14)
     assert out_link(vec, 4, 8)[1] == pytest.approx(sys0.scale_out_latency_s + 4e-6, rel=1e-14)
 

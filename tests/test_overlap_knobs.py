@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainscale.model import catalog, perfmodel
-from trainscale.kernels.plan import overlapped_exposed, tp_async_backward_time, tp_overlapped_time
+from trainscale.kernels.collectives import overlapped_exposed
+from trainscale.kernels.layer import tp_async_backward_time, tp_overlapped_time
 from trainscale.model.specs import SpecError
 
 

@@ -345,7 +345,7 @@ def test_gantt_draws_every_op():
 # --------------------------------------------------------------------------- the performance model uses it
 from trainscale.model import perfmodel  # noqa: E402
 from trainscale.kernels import layout as KL  # noqa: E402
-from trainscale.kernels.plan import chunk_layers, stage_layers  # noqa: E402
+from trainscale.kernels.pipesplit import chunk_layers, stage_layers  # noqa: E402
 from trainscale.model.specs import RunSpec, resolve_model, resolve_system  # noqa: E402
 
 

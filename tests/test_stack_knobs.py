@@ -18,8 +18,8 @@ from trainscale.model import measured
 from trainscale.model import planner
 from trainscale.kernels import compute
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
-                                     eager_chain_factor, layer_costs)
+from trainscale.kernels.layer import (ELEMENTWISE_KERNELS_PER_LAYER, HP_GRAD_ACCUM_BYTES, causal_block_fraction,
+                                      eager_chain_factor, layer_costs)
 from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
 
 
@@ -53,7 +53,7 @@ def test_eager_elementwise_traffic_closed_form(traffic):
 
 
 def test_layernorm_gelu_layers_run_as_fused_in_an_eager_stack():
-    """kernels.plan.eager_chain_factor: eager PyTorch decomposes a Llama layer's RMSNorm and SwiGLU (the
+    """kernels.layer.eager_chain_factor: eager PyTorch decomposes a Llama layer's RMSNorm and SwiGLU (the
     stack's factor applies), but runs LayerNorm and GeLU as one kernel each (a GPT or MPT layer takes 1)."""
     for model, scales in (("gpt3-175b", False), ("mpt-7b", False), ("llama2-7b", True)):
         eager = _layer(model=model, overrides={"elementwise_traffic": 3.0})
@@ -414,7 +414,7 @@ def test_batch_first_sequence_parallelism_copies_each_collective_once_more(tp):
     (one read and one write of the whole m x h tensor per collective, four collectives per pass).
     Megatron (sequence-first) has no such copy. Closed form on the layer kernel: the FSDP stack's TP time
     per pass exceeds Megatron's by 4 (2 * 2 m h / (eta B) + t_kernel), and nothing else changes."""
-    from trainscale.kernels.plan import sp_layout_copy_time
+    from trainscale.kernels.layer import sp_layout_copy_time
 
     mb = 2
     fsdp, calib_f, m, s = _layer(tp=tp, mb=mb, sp=True, stack="fsdp")

@@ -3,9 +3,9 @@
 Megatron-Core's rules for a split (``--decoder-first/last-pipeline-num-layers``,
 ``--account-for-embedding/loss-in-pipeline-split``; NVIDIA/Megatron-LM d98e8a6,
 megatron/core/transformer/transformer_config.py and transformer_block.py) are written twice: as the
-kernel the grid runs (:func:`trainscale.kernels.plan.split_reason`) and as the Python check that names
+kernel the grid runs (:func:`trainscale.kernels.pipesplit.split_reason`) and as the Python check that names
 the field (:func:`trainscale.model.specs.split_rule`); the peak a device holds
-(:func:`trainscale.kernels.plan.held_layers`) is checked against both pipeline simulators.
+(:func:`trainscale.kernels.pipesplit.held_layers`) is checked against both pipeline simulators.
 """
 
 import dataclasses
@@ -18,7 +18,7 @@ from trainscale.model import perfmodel, pipeline, validation
 
 from trainscale.model import planner
 from trainscale.kernels import layout as K
-from trainscale.kernels.plan import held_layers, split_chunk_layers, split_reason, split_stage_layers
+from trainscale.kernels.pipesplit import held_layers, split_chunk_layers, split_reason, split_stage_layers
 from trainscale.model.specs import RunSpec, SpecError, split_rule, suggest_split
 
 ENDS = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
@@ -240,10 +240,10 @@ def test_search_with_the_ends_in_the_split_finds_interleaved_plans_of_126_layers
 # --------------------------------------------------------------------------- the memory shape, once per layout
 def test_pipeline_memory_shape_is_the_per_plan_arithmetic():
     """The search computes a layout's pipeline memory shape once (issue 38 item 5:
-    :func:`~trainscale.kernels.plan.pipeline_memory_shape`) instead of per plan: its layers and activation bytes
+    :func:`~trainscale.kernels.memory.pipeline_memory_shape`) instead of per plan: its layers and activation bytes
     of the first, most loaded middle and last device are, to the bit, what ``stage_activation_bytes`` of the
     layout's chunks gives, for even and uneven default splits and every kind of explicit split."""
-    from trainscale.kernels.plan import middle_device, pipeline_memory_shape, stage_activation_bytes
+    from trainscale.kernels.memory import middle_device, pipeline_memory_shape, stage_activation_bytes
 
     act = 1.2345678901234567e7  # bytes per layer and micro-batch, any float
     shape = np.empty((3, 3), dtype=np.int64)

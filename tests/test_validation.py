@@ -29,7 +29,7 @@ def test_published_runs_accuracy(published):
     worst_run = str(ds["run"].values[int(ape.argmax())])
     msg = f"published runs: MAPE {100 * mape:.2f}%, worst {100 * worst:.2f}% ({worst_run})"
     # the targets, met in the fit since DeepSpeed's ZeRO-3 fetches are pipelined one weight
-    # matrix ahead (kernels.plan.zero3_tensor_windows): 3.4%, worst 7.4% (with the whole next layer
+    # matrix ahead (kernels.zero3.zero3_tensor_windows): 3.4%, worst 7.4% (with the whole next layer
     # prefetched, the 384-GPU ZeRO-3 run was 21% fast)
     assert mape <= 0.05, msg
     assert worst <= 0.15, msg

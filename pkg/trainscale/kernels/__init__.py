@@ -1,10 +1,11 @@
 """Numba kernels: plain arrays and scalars in, arrays out; no Python objects and no I/O.
 
 ``layout`` names the slots of the arrays; ``compute`` and ``collectives`` hold one scalar
-function per formula; ``plan`` prices a layer and a whole step; ``grid`` evaluates many plans.
+function per formula; ``layer`` prices a layer and ``plan`` a whole step, with ``moe``, ``pipesplit``,
+``memory``, ``zero3``, ``dpsync`` and ``power`` for their parts; ``grid`` evaluates many plans.
 
 Numba's on-disk cache checks only the source file of the cached function, not the kernels it
-inlines from other files, so a changed formula in ``plan.py`` would leave a stale compiled
+inlines from other files, so a changed formula in ``layer.py`` would leave a stale compiled
 ``grid.evaluate_grid`` behind. The cache therefore lives in a folder named after a hash of all
 kernel sources, under :func:`cache_base`: ``NUMBA_CACHE_DIR`` if set, else the checkout's
 ``.numba_cache/`` when the package runs from a source checkout (what ``make setup`` warms: the same folder

@@ -62,6 +62,8 @@ import math
 
 from numba import njit
 
+from .layout import S_HOP_LAT, S_LEAF_GPUS, S_OVERSUB, S_SCALE_OUT_BW, S_SCALE_OUT_LAT
+
 TREE_BUS_FACTOR = 0.9  # NCCL tuning.cc: a tree's bus bandwidth is 0.9 of the ring's
 
 
@@ -167,3 +169,35 @@ def allreduce_busbw_GBps(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_o
     """Bus bandwidth that nccl-tests would report, ``2(n-1)/n * S / T``, in GB/s."""
     t = allreduce_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
     return 2.0 * (n - 1) / n * nbytes / t / 1e9 if t > 0 else math.nan
+
+
+# --------------------------------------------------------------------------- on the system vector
+# (what every step kernel shares: the 16-bit values it moves, the scale-out link a group gets from the
+# system vector's topology, and the exposed time of a collective run beside computation)
+BYTES = 2.0  # 16-bit activations, weights and gradients
+
+
+@njit(cache=True)
+def out_link(system, n, stride):
+    """(bandwidth, per-step latency) of the scale-out network for a group of ``n`` GPUs
+    ``stride`` ranks apart, from the system vector's topology (:func:`tier_link`)."""
+    return tier_link(n, stride, system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT], system[S_LEAF_GPUS],
+                     system[S_OVERSUB], system[S_HOP_LAT])
+
+
+@njit(cache=True)
+def overlapped_exposed(comm_s, work_s, slowdown):
+    """Exposed time of a collective of ``comm_s`` run beside ``work_s`` of computation.
+
+    While the collective runs, the computation beside it is slowed by ``1 + slowdown``: NCCL's
+    kernels occupy SMs and HBM bandwidth (Lee et al. 2025, arXiv 2507.03114: 18.9% on average
+    on A100, H100 and MI250). Of the computation, ``comm_s / (1 + slowdown)`` gets done while the
+    collective runs, so the pair takes ``max(comm_s, work_s + comm_s * slowdown / (1 + slowdown))``
+    and the time beyond the computation alone is
+
+    .. math:: \\max\\left(c - w,\\; c\\,\\frac{\\sigma}{1 + \\sigma}\\right).
+
+    With ``slowdown`` 0 this is the ideal overlap, ``max(0, c - w)``."""
+    if comm_s <= 0.0:
+        return 0.0
+    return max(comm_s - work_s, comm_s * slowdown / (1.0 + slowdown))

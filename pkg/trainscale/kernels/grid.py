@@ -13,14 +13,16 @@ import numpy as np
 from numba import njit, prange
 
 from .layout import L_SIZE, O_MEM_BYTES, O_REASON, O_SIZE, O_STEP, R_GPUS, R_MEMORY, R_OK, R_STACK_RULE
-from .plan import SHAPE_STAGES, layer_costs, plan_costs, plan_time, shaped_plan_memory, structural_reason
+from .layer import layer_costs
+from .memory import SHAPE_STAGES
+from .plan import plan_costs, plan_time, shaped_plan_memory, structural_reason
 
 @njit(cache=True)
 def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v, mb, rc, zero, shard, overlap,
                     per_tensor, out, ep=1, ends=0, etp=0):
     """One grid entry: ``dp`` follows from the GPU count; returns it (0 when tp*pp*cp does not
     divide the GPUs, the plan then carrying the first structural reason, else ``R_GPUS``). ``ends``:
-    the embedding / loss counted in the pipeline split (:func:`~trainscale.kernels.plan.split_reason`;
+    the embedding / loss counted in the pipeline split (:func:`~trainscale.kernels.pipesplit.split_reason`;
     a plan with pp 1 takes 0); ``etp`` the experts' tensor-parallel degree (0: ``tp``)."""
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0

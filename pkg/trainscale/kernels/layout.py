@@ -162,7 +162,7 @@ O_CP_COMM_TOTAL = 33
 O_DP_COMM_TOTAL = 34
 O_STRAGGLER = 35  # per step: expected wait for the slowest of the synchronising ranks (kernels.scale)
 O_MOE_PERMUTE = 36  # per step: MoE router scores and token permutation on the critical stage
-O_MOE_HOST = 37  # per step: MoE layers' exposed host issue time on the critical stage (kernels.plan.moe_host_time)
+O_MOE_HOST = 37  # per step: MoE layers' exposed host issue time on the critical stage (kernels.moe.moe_host_time)
 O_SIZE = 38
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "transient", "buffers", "reserved")
@@ -174,7 +174,7 @@ BREAKDOWN = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "pipeline_
 # combine: the all-to-alls over the ep ranks, and the gathers over the etp ranks), ``moe_permute`` (router
 # scores, permutation and un-permutation of the token copies), ``moe_host`` (the host's issue time of each MoE
 # layer's dispatch, expert and combine ops that the GPU waits for after the dropless dispatcher's
-# tokens-per-expert device-to-host sync: kernels.plan.moe_host_time)
+# tokens-per-expert device-to-host sync: kernels.moe.moe_host_time)
 BREAKDOWN_MOE = BREAKDOWN + ("ep_comm", "moe_permute", "moe_host")
 MOE_BREAKDOWN = ("ep_comm", "moe_permute", "moe_host")
 BREAKDOWN_SLOTS = (1, 2, 3, 4, 5, 6, 7, 8, 35, 24, 36, 37)

@@ -26,7 +26,7 @@ near the ridge lose the HBM share, so lower precision (a higher FLOP roof over t
 operand traffic) moves GEMMs toward the memory roof and makes them more sensitive.
 
 **Power and clocks.** Dynamic power is ``(P_TDP - P_idle)`` times a utilisation ``u`` (the
-performance model's :func:`~trainscale.kernels.plan.power_draw`). Compute whose utilisation is
+performance model's :func:`~trainscale.kernels.power.power_draw`). Compute whose utilisation is
 ``u_c`` at full clock draws ``u_c f^x`` at clock fraction ``f`` (``x = 3`` for ``P ~ C V^2 f`` with
 ``V ~ f``), the collective's HBM traffic draws ``u_m = a_m h`` regardless of the core clock. Under a
 cap ``P_cap`` the clock is the largest ``f <= 1`` (at least ``f_min``) with
@@ -52,7 +52,7 @@ import numpy as np
 from numba import njit
 
 from .compute import gemm_time
-from .plan import power_draw
+from .power import power_draw
 
 # result vector of overlap_step
 V_STEP = 0  # step time, s

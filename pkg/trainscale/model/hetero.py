@@ -39,8 +39,9 @@ from . import perfmodel
 from ..common.progress import progress
 from ..kernels import layout as K
 from ..kernels import planner
-from ..kernels.collectives import allgather_time
-from ..kernels.plan import BYTES, OPTIMIZER_BYTES_PER_PARAM, layer_costs, layer_fwd_bwd
+from ..kernels.collectives import BYTES, allgather_time
+from ..kernels.layer import layer_costs, layer_fwd_bwd
+from ..kernels.memory import OPTIMIZER_BYTES_PER_PARAM
 from .specs import RECOMPUTE_MODES, ModelSpec, SpecError, SystemSpec, resolve_model, resolve_system
 
 GiB = 2.0**30

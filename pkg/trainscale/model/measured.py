@@ -60,7 +60,7 @@ NOT_FITTED = ("fsdp-compiled", "deepspeed-trials", "bridge-mla", "bridge-hopper"
 # Fitted, but kept as a dataset of their own (not pooled into ``<stack>-<generation>``), so that
 # cross-validation leaves each such source out on its own. MosaicML's MPT throughput table
 # (llm-foundry, 18 runs on 128-512 H100s, added 2026-12-05) was first held out; it showed that the
-# eager element-wise factor belongs to the ops eager code decomposes (kernels.plan.eager_chain_factor),
+# eager element-wise factor belongs to the ops eager code decomposes (kernels.layer.eager_chain_factor),
 # after which it was no longer a blind test. By the trials' rule it is fitted: with it in, the
 # left-out error of the nine other fitted datasets falls (99.5 -> 97.1 in sum; fsdp-hopper 8.3 -> 6.5,
 # nemo-hopper 10.7 -> 9.9, none up by more than 0.07; trainscale calibrate --cv, 2026-12-06), and its

@@ -36,7 +36,7 @@ from ..common.checks import check_choice, check_float
 from ..kernels import layout as K
 from ..kernels import overlap as KO
 from ..kernels.collectives import allgather_time, allreduce_time
-from ..kernels.plan import BYTES
+from ..kernels.collectives import BYTES
 from .specs import RunSpec, SpecError, SystemSpec
 
 PRECISIONS = ("bf16", "fp8")

@@ -19,7 +19,10 @@ from ..kernels import layout as K
 from ..kernels.collectives import allgather_time as _allgather_time
 from ..kernels.collectives import allreduce_time as _allreduce_time
 from ..kernels.collectives import alltoall_time as _alltoall_time
-from ..kernels.plan import layer_fwd_bwd, out_link as _out_link, power_draw, step_straggler_time
+from ..kernels.collectives import out_link as _out_link
+from ..kernels.layer import layer_fwd_bwd
+from ..kernels.plan import step_straggler_time
+from ..kernels.power import power_draw
 from .grid import (BOOLEAN_AXES, EP_AXIS, ETP_AXIS, EXPERT_AXES, EXPERT_TP_CHOICES, GRID_AXES, canonical_plan,
                    default_space, divisors, evaluate_grid, expert_axes, expert_pairs, grid_axes, grid_dataset,
                    grid_size, local_batch_divisors, plan_from_grid_entry, rank)

@@ -133,7 +133,7 @@ class PlanSpec:
     asynchronously beside its GEMMs, as Megatron-LM has since September 2021 (the input-gradient all-reduce of
     each column-parallel linear beside its weight-gradient GEMM, ``--async-tensor-model-parallel-allreduce``;
     with sequence parallelism the input re-gather beside the data-gradient GEMM and the reduce-scatter
-    beside the weight-gradient GEMM: :func:`trainscale.kernels.plan.tp_async_backward_time`); by default
+    beside the weight-gradient GEMM: :func:`trainscale.kernels.layer.tp_async_backward_time`); by default
     the stack's (``tp_async_backward`` in ``data/calibration.yaml``). Megatron-LM of 2021 (Narayanan
     et al.'s runs) had no such overlap.
     ``etp`` is the experts' tensor-parallel degree (Megatron-Core's ``expert_tensor_parallel_size``; 0, the

@@ -119,7 +119,7 @@ class SpacePrices(_Plans):
 def price_space(model, system, calib: np.ndarray, gpus: int, global_batch: int, space: Mapping,
                 split_ends: int = 0, stack_rules: str | None = None, fixed: Mapping | None = None) -> SpacePrices:
     """Price every structurally valid plan of ``space`` (resolved ``model``/``system``, calibration vector);
-    ``split_ends`` the pipeline split of every pipelined plan (:func:`trainscale.kernels.plan.split_reason`).
+    ``split_ends`` the pipeline split of every pipelined plan (:func:`trainscale.kernels.pipesplit.split_reason`).
     ``stack_rules`` (a stack name; None: none) masks the priced plans that stack does not run
     (:mod:`trainscale.model.stackrules`, reason ``R_STACK_RULE``; ``fixed``: the search-wide plan fields such as
     ``compiled``), counted per rule in ``plans_by_rule``. Keeps every priced plan's step time, memory and reason;

@@ -13,7 +13,9 @@ import numpy as np
 
 from . import catalog
 from ..kernels import layout as K
-from ..kernels.plan import layer_costs, plan_costs, split_chunk_layers
+from ..kernels.layer import layer_costs
+from ..kernels.pipesplit import split_chunk_layers
+from ..kernels.plan import plan_costs
 from .specs import (DEFAULT_STACK, FP8_RECIPES, PRECISIONS, RECOMPUTE_MODES, ROTARY_KERNELS, ModelSpec, PlanSpec,
                     SpecError, SystemSpec)
 
@@ -288,7 +290,7 @@ def plan_fields(plan: PlanSpec) -> tuple:
 
 def plan_split(plan: PlanSpec) -> tuple[int, int, int]:
     """The pipeline split as the kernels take it: ``(first, last, ends)``
-    (:func:`~trainscale.kernels.plan.split_chunk_layers`; all 0: the stack's default)."""
+    (:func:`~trainscale.kernels.pipesplit.split_chunk_layers`; all 0: the stack's default)."""
     return plan.first_stage_layers, plan.last_stage_layers, plan.split_ends
 
 

@@ -22,6 +22,7 @@ from .synthetic_problems import Problem, _seed_sequence
 from ..common.checks import check_float as _check_float
 from ..common.checks import check_int as _check_int
 from ..common.checks import check_speeds
+from ..kernels import hierarchical
 from ..kernels import optim as K
 from ..model.specs import SpecError
 
@@ -155,12 +156,12 @@ def _run_local_async(problem, method, steps, B, H, speeds, time_per_step_s, jitt
         merge_weight = _check_float("merge_weight", merge_weight, 0.0, 1.0)
     per_step = run_durations(problem, steps * H, speeds, time_per_step_s, jitter, seed)
     durations = np.ascontiguousarray(per_step.reshape(steps, H, W).sum(axis=1))
-    ev_kind, ev_who, ev_round, ev_time = K.hierarchical_schedule(durations, worker_comm, region_of, region_comm,
+    ev_kind, ev_who, ev_round, ev_time = hierarchical.hierarchical_schedule(durations, worker_comm, region_of, region_comm,
                                                                  K_push, steps)
     rounds = int(ev_round.max()) + 1
     batches = draw_batches(problem, rounds * H, B, batch_ss)
     region_bits = np.zeros(R)
-    K.run_hierarchical(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches, ev_kind,
+    hierarchical.run_hierarchical(problem.code, problem.hidden, problem.lam, problem.X, problem.y, x0, batches, ev_kind,
                        ev_who, ev_round, ev_time, region_of, R, flat, H, opt, lr, beta1, beta2, eps, outer_lr,
                        outer_momentum, global_lr, global_momentum, merge_weight, eval_every, spec.code,
                        comp_params, comp_seed, comp_state, x_out, loss, gnorm, bits, upd_time, upd_stale,

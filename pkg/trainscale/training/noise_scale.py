@@ -14,6 +14,7 @@ import numpy as np
 
 from .synthetic_problems import Problem, _seed_sequence
 from ..common.checks import check_int as _check_int
+from ..kernels import objectives
 from ..kernels import optim as K
 from ..model.specs import SpecError
 
@@ -54,7 +55,7 @@ def gradient_noise_scale(problem: Problem, params, seed=0, n_examples: int | Non
         idx = np.sort(np.random.default_rng(_seed_sequence(seed)).choice(n, size=m, replace=False))
         exact = False
     g = np.empty((idx.size, problem.n_params))
-    K.per_example_grads(problem.code, problem.hidden, problem.lam, params, problem.X, problem.y,
+    objectives.per_example_grads(problem.code, problem.hidden, problem.lam, params, problem.X, problem.y,
                         idx.astype(np.int64), g)
     mean = g.mean(axis=0)
     sq = float(((g - mean) ** 2).sum())

@@ -28,12 +28,13 @@ import numpy as np
 from ..common.checks import check_choice as _check_choice
 from ..common.checks import check_float as _check_float
 from ..common.checks import check_int as _check_int
+from ..kernels import objectives
 from ..kernels import optim as K
 from ..model.specs import SpecError
 
 __all__ = ["KINDS", "Problem", "make_problem", "least_squares_optimum", "logistic_optimum"]
 
-KINDS = {"least_squares": K.LEAST_SQUARES, "logistic": K.LOGISTIC, "two_layer": K.TWO_LAYER}
+KINDS = {"least_squares": objectives.LEAST_SQUARES, "logistic": objectives.LOGISTIC, "two_layer": objectives.TWO_LAYER}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,7 +103,7 @@ class Problem:
 
     @property
     def n_params(self) -> int:
-        return int(K.n_params(self.code, self.dim, self.hidden))
+        return int(objectives.n_params(self.code, self.dim, self.hidden))
 
     def shard(self, k: int) -> slice:
         return slice(int(self.shard_offsets[k]), int(self.shard_offsets[k + 1]))
@@ -111,7 +112,7 @@ class Problem:
         """Objective on the examples ``idx`` (default: the whole pooled dataset)."""
         params = np.ascontiguousarray(params, dtype=np.float64)
         idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
-        return float(K.batch_loss(self.code, self.hidden, self.lam, params, self.X, self.y, idx,
+        return float(objectives.batch_loss(self.code, self.hidden, self.lam, params, self.X, self.y, idx,
                                   np.empty(max(self.hidden, 1))))
 
     def grad(self, params, idx=None) -> np.ndarray:
@@ -119,7 +120,7 @@ class Problem:
         params = np.ascontiguousarray(params, dtype=np.float64)
         idx = np.arange(self.n_samples) if idx is None else np.ascontiguousarray(idx, dtype=np.int64)
         out = np.empty_like(params)
-        K.batch_grad(self.code, self.hidden, self.lam, params, self.X, self.y, idx, out,
+        objectives.batch_grad(self.code, self.hidden, self.lam, params, self.X, self.y, idx, out,
                      np.empty(max(self.hidden, 1)))
         return out
 

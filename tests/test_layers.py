@@ -4,10 +4,8 @@ circle, every module is on a floor, and the pictures in the README and docs/layo
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -92,15 +90,20 @@ def test_the_public_api_loads_on_first_use():
 @pytest.mark.parametrize("old, new", [("perfmodel", "trainscale.model.perfmodel"),
                                       ("io", "trainscale.common.io"), ("cli", "trainscale.interface.cli")])
 def test_an_old_flat_path_imports_the_moved_module_with_a_warning(old, new):
-    sys.modules.pop(f"trainscale.{old}", None)  # an earlier import of the old path in this process
-    vars(trainscale).pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(f"trainscale.{old}")
-        attr = getattr(trainscale, old)
-    assert module is importlib.import_module(new) and attr is module
-    assert [str(w.message) for w in caught if w.category is DeprecationWarning][:1] == \
-        [f"trainscale.{old} moved to {new}; import it from there"]
+    """In a fresh interpreter: importing an old path sets the alias's spec on the moved module (a known flaw of the
+    alias loader, see the sixth stop's note), which must not leak into the other tests' process."""
+    code = f"""
+import importlib, warnings
+import trainscale
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    module = importlib.import_module("trainscale.{old}")
+    attr = getattr(trainscale, "{old}")
+assert module is importlib.import_module("{new}") and attr is module
+print([str(w.message) for w in caught if w.category is DeprecationWarning][:1])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == str([f"trainscale.{old} moved to {new}; import it from there"])
 
 
 def test_no_file_of_the_package_is_over_600_lines(mods):

@@ -89,10 +89,13 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         name = spec.name.rpartition(".")[2]
-        return importlib.import_module(_new_path(name))
+        module = importlib.import_module(_new_path(name))
+        spec.loader_state = module.__spec__  # the import system sets the alias's spec on it next
+        return module
 
     def exec_module(self, module):
-        pass
+        """Give the module its own spec back, so its relative imports still resolve from its new place."""
+        module.__spec__ = module.__spec__.loader_state
 
 
 if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):

@@ -40,7 +40,8 @@ PRECISIONS = {"BF16": ("bf16", "", "bf16"), "FP8-CS": ("fp8", "current", "fp8-cs
               "NVFP4": ("nvfp4", "nvfp4", "nvfp4")}
 SHAPE = ("params_b", "layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_heads", "ffn_type", "position_embedding",
          "rotary_kernel", "experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers",
-         "dense_ffn_hidden", "kv_channels")
+         "dense_ffn_hidden", "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+         "v_head_dim")
 FOOTNOTE = re.compile(r"\[\^([^\]]+)\]")
 
 
@@ -172,7 +173,7 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         if etp:
             note.append("etp 1 (no ETP column; Bridge's workload base configs set expert_tensor_parallel_size=1)")
     if model == "deepseek-v3":
-        note.append("its multi-head latent attention priced as 128-head MHA (as bridge-mla's rows)")
+        note.append("its multi-head latent attention priced as such (its widths from the 25.11 row)")
     if mtp:
         note.append("with multi-token prediction (MTP), not modelled")
     if custom:

@@ -33,6 +33,10 @@ from numba import njit
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
 from .collectives import BYTES, allgather_time, allreduce_time, out_link, overlapped_exposed
+from .attention import (
+    attention_activation_units, attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops,
+    qkv_projection_time, rotary_widths,
+)
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_KERNEL_S, C_LAYER_HOST_S, C_LINEAR_SPEEDUP,
@@ -41,7 +45,7 @@ from .layout import (
     C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
     L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE, L_FWD_MOE_HOST,
     L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP, L_RECOMP_TP, L_TP_TOTAL, L_WORK_BYTES,
-    M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HEAD_DIM, M_HIDDEN, M_KV_HEADS, M_PARAMS_LAYER, M_ROTARY,
+    M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_PARAMS_LAYER, M_ROTARY,
     M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, S_HBM_BW, S_PEAK_FLOPS, S_SCALE_UP_BW,
     S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS,
 )
@@ -213,19 +217,17 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     times the busiest rank's imbalance ``calib[C_MOE_IMBALANCE]`` (the step waits for that rank). The
     router runs on this GPU's ``m / t`` tokens (sequence parallel). Dispatch and combine:
     :func:`~trainscale.kernels.moe.moe_dispatch_time`; router scores and permutation:
-    :func:`~trainscale.kernels.moe.moe_permute_time`."""
+    :func:`~trainscale.kernels.moe.moe_permute_time`. The attention block's shapes (multi-head, grouped-query or
+    latent attention): :mod:`trainscale.kernels.attention`."""
     h = model[M_HIDDEN]
     a = model[M_HEADS]
     f = model[M_FFN]
     nf = model[M_FFN_MATS]
     vocab = model[M_VOCAB]
     s = model[M_SEQ]
-    d = h / a
-    qw = h  # width of the queries (and the attention output): hidden, or heads x a given head width
-    if model[M_HEAD_DIM] > 0.0:
-        d = model[M_HEAD_DIM]
-        qw = a * d
-    kv = model[M_KV_HEADS] * d
+    d_qk, d_v, qw, kv = attention_widths(model)  # score and value channels per head, output and key widths
+    latent = is_latent_attention(model)
+    core_w = kv if latent else qw  # the attention core's FLOPs are 4 b s^2 core_w (both products)
     t = float(tp)
     et = etp if etp > 0 else tp
     sc = s / cp  # query tokens of each sequence on this GPU
@@ -233,20 +235,22 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     peak = system[S_PEAK_FLOPS]
     hbm = system[S_HBM_BW]
     sms = system[S_SMS]
-    ih, ikv, if_, ia, iqw = int(h), int(kv), int(f), int(a), int(qw)
+    ih, if_, ia, iqw = int(h), int(f), int(a), int(qw)
     lin = linear_peak(peak, calib)  # the linear layers' peak in the plan's precision
     im, isc, is_, ib = int(m), int(sc), int(s), int(mb)
     itp = int(tp)
 
     # GEMMs of one layer (tensor-parallel shard)
-    f_qkv, b_qkv = gemm_fwd_bwd_time(im, (iqw + 2 * ikv) // itp, ih, np.int64(1), lin, hbm, sms, calib)
+    f_qkv, b_qkv = qkv_projection_time(model, im, itp, sp, qw, kv, lin, hbm, sms, calib)
     heads_local = ib * ia // itp
     if flash:  # fused attention: the s x s scores stay on chip
-        f_sc, b_sc = fused_attention_fwd_bwd_time(isc, is_, int(d), heads_local, peak, hbm, sms, calib)
+        f_sc, b_sc = fused_attention_fwd_bwd_time(isc, is_, int(d_qk), heads_local, peak, hbm, sms, calib)
         f_av, b_av = f_sc, b_sc
+        if d_v != d_qk:
+            f_av, b_av = fused_attention_fwd_bwd_time(isc, is_, int(d_v), heads_local, peak, hbm, sms, calib)
     else:  # unfused: scores written to and read from HBM
-        f_sc, b_sc = gemm_fwd_bwd_time(isc, is_, int(d), heads_local, peak, hbm, sms, calib)
-        f_av, b_av = gemm_fwd_bwd_time(isc, int(d), is_, heads_local, peak, hbm, sms, calib)
+        f_sc, b_sc = gemm_fwd_bwd_time(isc, is_, int(d_qk), heads_local, peak, hbm, sms, calib)
+        f_av, b_av = gemm_fwd_bwd_time(isc, int(d_v), is_, heads_local, peak, hbm, sms, calib)
     if flash:  # fused causal attention computes only the blocks on and below the diagonal
         causal = causal_block_fraction(sc, s)
         f_sc *= causal
@@ -309,7 +313,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     fwd_elem = memory_bound_time(unfused * chains + attention_fwd, fwd_kernels, hbm, calib)
     bwd_elem = memory_bound_time(unfused * 2.0 * chains + attention_bwd, 2.0 * fwd_kernels, hbm, calib)
     if model[M_ROTARY] > 0.0:  # rotary embeddings of the queries and keys, forward and backward
-        rotary = rotary_time(m, h, kv, t, hbm, calib)
+        rot_q, rot_k = rotary_widths(model, h, kv)
+        rotary = rotary_time(m, rot_q, rot_k, t, hbm, calib)
         fwd_elem += rotary
         bwd_elem += rotary
     if calib[C_BF16_OPTIMIZER] > 0.0:  # DeepSpeed's BF16_Optimizer: after each micro-batch's backward,
@@ -319,7 +324,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     if calib[C_CAST_BYTES] > 0.0:  # low precision: quantize the inputs of the four linear layers (forward)
         # and their output gradients (backward), this GPU's share; the experts' inputs per routed copy
         ffn_in = m * (h + f) / t if not moe else received * (h + f) / t + m * (h + model[M_SHARED_FFN]) / t
-        cast_fwd = cast_time(m * (h + qw) / t + ffn_in, 4.0, hbm, calib)
+        cast_fwd = cast_time(m * linear_input_width(model, h, qw) / t + ffn_in, 6.0 if latent else 4.0, hbm, calib)
         fwd_elem += cast_fwd
         bwd_elem += cast_fwd
 
@@ -396,7 +401,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         cp_total = 3.0 * fwd_ring
 
     # activation memory (Korthikanti et al. 2022), per token in units of h bytes
-    attn_act = 7.0 + 4.0 * kv / h
+    attn_act = attention_activation_units(model, h, kv)
     mlp_act = 3.0 + 2.0 * nf * f / h
     if moe:  # the FFN activations of every copy the busiest rank receives, and the dispatched copies themselves
         mlp_act = 3.0 + model[M_CAPACITY] * model[M_TOP_K] * calib[C_MOE_IMBALANCE] * (2.0 * nf * f / h + 2.0)
@@ -431,16 +436,18 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
 
     # FLOPs of the whole layer (all TP and CP ranks) for the micro-batch
     tokens = mb * s
-    flops_fwd = (2.0 * tokens * h * (qw + 2.0 * kv) + 2.0 * tokens * qw * h + 2.0 * nf * tokens * h * f
-                 + 4.0 * mb * s * s * qw)
+    attention_in = qkv_projection_flops(model, tokens, qw, kv)
+    flops_fwd = (attention_in + 2.0 * tokens * qw * h + 2.0 * nf * tokens * h * f
+                 + 4.0 * mb * s * s * core_w)
     if moe:  # top-k experts per token, the shared experts and the router
-        flops_fwd = (2.0 * tokens * h * (qw + 2.0 * kv) + 2.0 * tokens * qw * h
+        flops_fwd = (attention_in + 2.0 * tokens * qw * h
                      + 2.0 * nf * tokens * h * f * model[M_TOP_K] + 2.0 * tokens * h * experts
-                     + 2.0 * nf * tokens * h * model[M_SHARED_FFN] + 4.0 * mb * s * s * qw)
+                     + 2.0 * nf * tokens * h * model[M_SHARED_FFN] + 4.0 * mb * s * s * core_w)
     if rc == RC_FULL:
         flops_recomp = flops_fwd
     elif rc == RC_SELECTIVE:
-        flops_recomp = 4.0 * mb * s * s * qw + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * qw)
+        flops_recomp = (4.0 * mb * s * s * core_w
+                        + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * core_w))
     else:
         flops_recomp = 0.0
 

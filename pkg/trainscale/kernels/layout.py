@@ -26,7 +26,13 @@ M_ROTARY = 16  # 1 where every layer applies rotary position embeddings to its q
 # attention and shared experts (0: the defaults, which the kernels then take exactly as before)
 M_HEAD_DIM = 17  # width of one attention head where it is not hidden / heads (Qwen3, GPT-OSS); 0: hidden / heads
 M_SHARED_FFN = 18  # total FFN width of a MoE layer's shared experts (shared_experts x their width), run on every token; 0: none
-M_SIZE = 19
+# multi-head latent attention (DeepSeek-V3; trainscale.model.model_spec.ModelSpec): M_KV_LORA 0 for other attention
+M_Q_LORA = 19  # width of the query latent (0: queries projected directly from the hidden state)
+M_KV_LORA = 20  # width of the key-value latent
+M_QK_HEAD = 21  # channels per head of the keys and queries besides the rotary ones
+M_QK_POS = 22  # rotary channels per head (the key's shared by all heads)
+M_V_HEAD = 23  # channels per head of the values (and of the attention output)
+M_SIZE = 24
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0

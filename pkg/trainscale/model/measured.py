@@ -49,9 +49,9 @@ STACKS_FILE = "published_runs_stacks.csv"
 # with their release), transcribed by data/bridge_archive.py: validated, never fitted (issue 36).
 ARCHIVE_DATASETS = ("bridge-2602", "bridge-2604", "bridge-2606")
 NOT_FITTED = ("fsdp-compiled", "deepspeed-trials", "bridge-mla", "bridge-hopper", "bridge-blackwell", *ARCHIVE_DATASETS)
-# bridge-mla: DeepSeek-V3's rows of the Megatron-Bridge 25.11 tables; the model has no multi-head latent
-# attention (priced as 128-head MHA, about 2.5x MLA's attention weights) nor multi-token prediction, so
-# they are validated, never fitted (issue 36).
+# bridge-mla: DeepSeek-V3's rows of the Megatron-Bridge 25.11 tables, validated, never fitted (issue 36). Priced as
+# 128-head MHA (about 2.5x the attention weights) until 2026-12-07, with its multi-head latent attention since
+# (trainscale.kernels.attention); multi-token prediction is not modelled.
 # bridge-hopper, bridge-blackwell: the other rows of those tables (FP8, MXFP8 and BF16; dense Llama 3 and MoE
 # Qwen3 / GPT-OSS), one dataset per generation. Not fitted yet: their MoE rows are priced 30-190% too fast
 # (the token dispatch's host synchronisation and the per-expert kernels are not modelled), and a fit now would
@@ -208,7 +208,7 @@ def _public_model(row: Mapping) -> str | ModelSpec:
 
 # model columns beyond the dense shape (issue 36): experts, attention width, shared and leading dense layers
 MOE_COLUMNS = ("experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers", "dense_ffn_hidden",
-               "kv_channels")
+               "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 
 def _public_plan(row: Mapping) -> dict:

@@ -34,6 +34,13 @@ class ModelSpec:
     the routed ones (DeepSeek-V3: 1). The first ``dense_layers`` layers of a MoE model are dense, with FFN
     width ``dense_ffn_hidden`` (0: ``ffn_hidden``; DeepSeek-V3: 3 layers of 18432).
 
+    Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core's ``MLATransformerConfig`` names) where
+    ``kv_lora_rank > 0``: the keys and values come from a latent of ``kv_lora_rank`` (plus a shared rotary key
+    of ``qk_pos_emb_head_dim``) projected down from the hidden state and up again to ``heads x (qk_head_dim +
+    v_head_dim)``; the queries likewise through a latent of ``q_lora_rank`` (0: projected directly). Each head
+    scores with ``qk_head_dim + qk_pos_emb_head_dim`` channels and returns ``v_head_dim``; the output projection
+    takes ``heads x v_head_dim``. ``kv_heads`` and ``kv_channels`` do not apply (leave them at their defaults).
+
     ``position_embedding`` is ``learned``, ``rotary`` or ``alibi``; left blank it follows the FFN's
     convention (``gelu``: GPT's learned table of ``seq_len x hidden``; ``swiglu``: Llama's rotary
     embeddings, applied to every layer's queries and keys and priced as the stack's element-wise
@@ -60,11 +67,38 @@ class ModelSpec:
     shared_expert_ffn_hidden: int = 0
     dense_layers: int = 0
     dense_ffn_hidden: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_head_dim: int = 0
+    qk_pos_emb_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (``kv_lora_rank > 0``)."""
+        return self.kv_lora_rank > 0
 
     @property
     def query_width(self) -> int:
-        """Width of the queries (and of the attention output): hidden, or heads x head_dim."""
+        """Width of the attention output (the output projection's input): hidden, heads x head_dim, or
+        heads x v_head_dim under latent attention."""
+        if self.is_mla:
+            return self.heads * self.v_head_dim
         return self.heads * self.kv_channels if self.kv_channels else self.hidden
+
+    def attention_params(self) -> int:
+        """Weights of one layer's attention projections (no norms, no biases): Q, K, V and O, or under latent
+        attention the down and up projections of the query and key-value latents and O (Megatron-Core's
+        ``MLASelfAttention``: ``linear_q_down_proj``, ``linear_q_up_proj``, ``linear_kv_down_proj``,
+        ``linear_kv_up_proj``, ``linear_proj``)."""
+        h, a, q = self.hidden, self.heads, self.query_width
+        if not self.is_mla:
+            return h * (q + 2 * self.kv_heads * self.head_dim) + q * h
+        q_dim = self.qk_head_dim + self.qk_pos_emb_head_dim
+        query = h * self.q_lora_rank + self.q_lora_rank * a * q_dim if self.q_lora_rank else h * a * q_dim
+        kv = h * (self.kv_lora_rank + self.qk_pos_emb_head_dim) + self.kv_lora_rank * a * (
+            self.qk_head_dim + self.v_head_dim)
+        return query + kv + q * h
 
     @property
     def shared_ffn_width(self) -> int:
@@ -129,8 +163,9 @@ class ModelSpec:
         h = self.hidden
         q = self.query_width
         kv = self.kv_heads * self.head_dim
-        attention = h * (q + 2 * kv) + q * h
+        attention = self.attention_params()
         norms = 4 * h if self.has_biases else 2 * h  # LayerNorm has a bias, RMSNorm does not
+        norms += self.q_lora_rank + self.kv_lora_rank  # latent attention's norms of its latents
         biases = (q + 2 * kv) + h if self.has_biases else 0
         if self.is_moe:  # router, and the shared experts
             shared = self._ffn_params(self.shared_ffn_width) if self.shared_ffn_width else 0
@@ -205,6 +240,7 @@ class ModelSpec:
         if moe_fields["dense_layers"] >= layers:
             raise SpecError("dense_layers", moe_fields["dense_layers"], f"expected fewer than layers = {layers}",
                             where)
+        mla_fields = _mla_fields(d, where, kv_heads != heads or bool(d.get("kv_channels")))
         return cls(
             name=str(d.get("name", name)),
             layers=layers,
@@ -222,7 +258,29 @@ class ModelSpec:
             position_embedding=_optional_choice(d, "position_embedding", where, POSITION_EMBEDDINGS),
             kv_channels=_int(d, "kv_channels", where, 0, minimum=0),
             **moe_fields,
+            **mla_fields,
         )
+
+
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def _mla_fields(d: Mapping, where: str | None, mha_widths: bool) -> dict:
+    """The latent-attention fields: all 0 (not latent attention), or ``kv_lora_rank``, ``qk_head_dim`` and
+    ``v_head_dim`` positive (``q_lora_rank`` and ``qk_pos_emb_head_dim`` may be 0)."""
+    fields = {key: _int(d, key, where, 0, minimum=0) for key in MLA_FIELDS}
+    if not fields["kv_lora_rank"]:
+        for key, value in fields.items():
+            if value:
+                raise SpecError(key, value, "only latent attention (kv_lora_rank > 0) has it; use 0", where)
+        return fields
+    for key in ("qk_head_dim", "v_head_dim"):
+        if not fields[key]:
+            raise SpecError(key, fields[key], "latent attention (kv_lora_rank > 0) needs a positive width", where)
+    if mha_widths:
+        raise SpecError("kv_lora_rank", fields["kv_lora_rank"], "latent attention sets its own head widths; "
+                        "leave kv_heads (= heads) and kv_channels (0) at their defaults", where)
+    return fields
 
 
 def resolve_model(value: str | Mapping | ModelSpec, where: str | None = None) -> ModelSpec:

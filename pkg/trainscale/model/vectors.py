@@ -46,6 +46,11 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_PARAMS_HEAD] = model.params() - model.layer_params() - vec[K.M_PARAMS_EMBED]
     vec[K.M_HEAD_DIM] = model.kv_channels
     vec[K.M_SHARED_FFN] = model.shared_ffn_width
+    vec[K.M_Q_LORA] = model.q_lora_rank
+    vec[K.M_KV_LORA] = model.kv_lora_rank
+    vec[K.M_QK_HEAD] = model.qk_head_dim
+    vec[K.M_QK_POS] = model.qk_pos_emb_head_dim
+    vec[K.M_V_HEAD] = model.v_head_dim
     vec[K.M_TENSORS_LAYER] = model.weight_matrices_per_layer()
     return vec
 

@@ -1,0 +1,127 @@
+r"""The attention block's shapes: multi-head (and grouped-query) attention, and multi-head latent attention.
+
+Multi-head attention projects the hidden state (width ``h``) to the queries (``a`` heads of ``d`` channels:
+``q_w = a d``) and to ``kv`` = ``a_kv d`` channels each of keys and values; each head scores and returns
+``d`` channels.
+
+Multi-head latent attention (DeepSeek-V2/V3, Megatron-Core's ``MLASelfAttention`` at NVIDIA/Megatron-LM
+d98e8a6, ``megatron/core/transformer/multi_latent_attention.py``) projects the hidden state down to a query
+latent of ``r_q`` channels and a key-value latent of ``r_kv`` channels plus one rotary key of ``d_r``
+channels shared by the heads, then up again, per head, to ``d_n + d_r`` query channels and ``d_n`` key and
+``d_v`` value channels. Each head scores with ``d_{qk} = d_n + d_r`` channels and returns ``d_v``:
+
+.. math:: \mathrm{FLOPs/token} = 2\,[\,h r_q + r_q a d_{qk} + h (r_{kv} + d_r) + r_{kv} a (d_n + d_v)\,]
+          \quad(\text{projections in}), \qquad 2\, a d_v h \quad(\text{out})
+
+The two down projections are duplicated on every tensor-parallel rank (``parallel_mode='duplicated'``), run
+on the rank's ``m / t`` tokens under sequence parallelism (on all ``m`` without); the up projections are
+column-parallel. With sequence parallelism the up projections' inputs (the latents) are gathered instead of
+the hidden state; that smaller gather is not priced apart (the layer's two all-gathers stay ``m h`` each).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .compute import gemm_fwd_bwd_time
+from .layout import M_HEAD_DIM, M_HEADS, M_HIDDEN, M_KV_HEADS, M_KV_LORA, M_Q_LORA, M_QK_HEAD, M_QK_POS, M_V_HEAD
+
+
+@njit(cache=True)
+def is_latent_attention(model):
+    return model[M_KV_LORA] > 0.0
+
+
+@njit(cache=True)
+def attention_widths(model):
+    """(``d_qk``, ``d_v``, ``q_w``, ``kv``) of one layer: the channels per head its scores use and its values
+    return, the width of the attention output (the output projection's input) and the width of its keys (and of
+    its values; under latent attention every head has its own keys and values, and ``kv`` is their mean width
+    ``a (d_qk + d_v) / 2``, so that keys and values together are ``2 kv`` channels as in multi-head attention)."""
+    h = model[M_HIDDEN]
+    a = model[M_HEADS]
+    if is_latent_attention(model):
+        d_qk = model[M_QK_HEAD] + model[M_QK_POS]
+        d_v = model[M_V_HEAD]
+        return d_qk, d_v, a * d_v, 0.5 * a * (d_qk + d_v)
+    d = h / a
+    qw = h
+    if model[M_HEAD_DIM] > 0.0:
+        d = model[M_HEAD_DIM]
+        qw = a * d
+    return d, d, qw, model[M_KV_HEADS] * d
+
+
+@njit(cache=True)
+def qkv_projection_flops(model, tokens, qw, kv):
+    """Forward FLOPs of the projections into the attention core for ``tokens`` tokens, all tensor-parallel
+    ranks together (module docstring); ``qw``, ``kv`` from :func:`attention_widths`."""
+    h = model[M_HIDDEN]
+    if not is_latent_attention(model):
+        return 2.0 * tokens * h * (qw + 2.0 * kv)
+    a = model[M_HEADS]
+    q_lora = model[M_Q_LORA]
+    kv_lora = model[M_KV_LORA]
+    d_qk = model[M_QK_HEAD] + model[M_QK_POS]
+    query = h * q_lora + q_lora * a * d_qk if q_lora > 0.0 else h * a * d_qk
+    keys_values = h * (kv_lora + model[M_QK_POS]) + kv_lora * a * (model[M_QK_HEAD] + model[M_V_HEAD])
+    return 2.0 * tokens * (query + keys_values)
+
+
+@njit(cache=True)
+def qkv_projection_time(model, m, tp, sp, qw, kv, peak, hbm_bw, sms, calib):
+    """(forward, backward) seconds of the projections into the attention core on one GPU for ``m`` tokens:
+    one fused QKV GEMM of ``(q_w + 2 kv) / t`` columns, or latent attention's four (module docstring)."""
+    h = int(model[M_HIDDEN])
+    one = np.int64(1)
+    if not is_latent_attention(model):
+        return gemm_fwd_bwd_time(m, (int(qw) + 2 * int(kv)) // tp, h, one, peak, hbm_bw, sms, calib)
+    a = int(model[M_HEADS])
+    q_lora = int(model[M_Q_LORA])
+    kv_lora = int(model[M_KV_LORA])
+    d_qk = int(model[M_QK_HEAD] + model[M_QK_POS])
+    rows_down = m // tp if sp else m  # duplicated down projections, on the sequence shard where there is one
+    if q_lora > 0:
+        f_qd, b_qd = gemm_fwd_bwd_time(rows_down, q_lora, h, one, peak, hbm_bw, sms, calib)
+        f_qu, b_qu = gemm_fwd_bwd_time(m, a * d_qk // tp, q_lora, one, peak, hbm_bw, sms, calib)
+    else:
+        f_qd, b_qd = 0.0, 0.0
+        f_qu, b_qu = gemm_fwd_bwd_time(m, a * d_qk // tp, h, one, peak, hbm_bw, sms, calib)
+    f_kd, b_kd = gemm_fwd_bwd_time(rows_down, kv_lora + int(model[M_QK_POS]), h, one, peak, hbm_bw, sms, calib)
+    up = a * int(model[M_QK_HEAD] + model[M_V_HEAD]) // tp
+    f_ku, b_ku = gemm_fwd_bwd_time(m, up, kv_lora, one, peak, hbm_bw, sms, calib)
+    return f_qd + f_qu + f_kd + f_ku, b_qd + b_qu + b_kd + b_ku
+
+
+@njit(cache=True)
+def attention_activation_units(model, h, kv):
+    """Bytes per token the attention block keeps for its backward, in units of ``h`` (Korthikanti et al. 2022:
+    ``7 + 4 kv / h`` for multi-head attention: the projection input, Q, K, V, the core's output and the dropout
+    mask). Latent attention keeps the normed hidden state, both latents before and after their norms, the
+    rotary key, the expanded Q, K and V and the core's output (16 bits each) and the dropout mask."""
+    if not is_latent_attention(model):
+        return 7.0 + 4.0 * kv / h
+    a = model[M_HEADS]
+    latents = 4.0 * model[M_Q_LORA] + 2.0 * (model[M_KV_LORA] + model[M_QK_POS]) + 2.0 * model[M_KV_LORA]
+    d_qk = model[M_QK_HEAD] + model[M_QK_POS]
+    expanded = 2.0 * a * (2.0 * d_qk + model[M_V_HEAD]) + 2.0 * a * model[M_V_HEAD]
+    return 3.0 + (latents + expanded) / h
+
+
+@njit(cache=True)
+def rotary_widths(model, h, kv):
+    """(query, key) channels per token that a rotary embedding rotates: ``h`` and ``kv``, or latent attention's
+    ``a d_r`` query channels and its one shared rotary key of ``d_r``."""
+    if not is_latent_attention(model):
+        return h, kv
+    return model[M_HEADS] * model[M_QK_POS], model[M_QK_POS]
+
+
+@njit(cache=True)
+def linear_input_width(model, h, qw):
+    """Channels per token entering the attention block's linear layers (what a low-precision recipe casts):
+    ``h`` and ``q_w``, and under latent attention also the two latents."""
+    if not is_latent_attention(model):
+        return h + qw
+    return h + qw + model[M_Q_LORA] + model[M_KV_LORA]

@@ -22,7 +22,7 @@ from .layout import (
     M_EXPERTS, M_LAYERS, M_PARAMS_EMBED, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_TENSORS_LAYER,
     O_MEM_ACTIVATIONS, O_MEM_BUFFERS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_RESERVED, O_MEM_TRANSIENT, O_MEM_WEIGHTS,
 )
-from .pipesplit import held_layers, split_chunk_layers, split_stage_layers
+from .pipesplit import device_layers, held_layers, split_chunk_layers, split_stage_layers
 from .zero3 import zero3_tensor_params
 
 OPTIMIZER_BYTES_PER_PARAM = 12.0  # fp32 master weights, Adam m and v (ZeRO paper's K = 12)
@@ -44,7 +44,7 @@ def state_bytes_per_param(zero, shard_ranks, grad_bytes):
 @njit(cache=True)
 def middle_device(chunks):
     """The middle device (1..p-2) with the most layers, the first of them (the most in flight)."""
-    per_device = chunks.sum(axis=0)
+    per_device = device_layers(chunks)
     best = 1
     for d in range(2, chunks.shape[1] - 1):
         if per_device[d] > per_device[best]:

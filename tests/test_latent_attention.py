@@ -100,3 +100,14 @@ def test_inconsistent_latent_attention_is_refused_naming_the_field(field, value,
     shape[field] = value
     with pytest.raises(SpecError, match=re.escape(message)):
         ModelSpec.from_dict(shape, name="bad")
+
+
+def test_the_inference_model_refuses_latent_attention_in_one_line():
+    """Inference prices a KV cache of keys and values per head; latent attention caches its latent, which it does
+    not price: refused, naming the field, rather than priced as something else."""
+    from trainscale.model import inference
+    for call in (lambda m: inference.kv_cache_bytes_per_gpu(m, 1, 1024),
+                 lambda m: inference.block_time_s(m, "dgx-h100", 1, 1024)):
+        with pytest.raises(SpecError, match=re.escape("kv_lora_rank = 128 is invalid; the inference model prices "
+                                                      "multi-head and grouped-query attention only")):
+            call(_dense_mla())

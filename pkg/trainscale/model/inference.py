@@ -71,15 +71,25 @@ def check_tp(model: ModelSpec, tp, name: str = "tp") -> int:
     return tp
 
 
-def _setup(model, system, calibration):
+def _resolve(model) -> ModelSpec:
+    """The model, where this module can price its attention: multi-head or grouped-query (its KV cache and
+    decode GEMVs); latent attention (DeepSeek-V3) caches its latent instead, which is not priced here."""
     model = resolve_model(model)
+    if model.is_mla:
+        raise SpecError("kv_lora_rank", model.kv_lora_rank, "the inference model prices multi-head and "
+                        "grouped-query attention only (use 0); latent attention is priced for training (predict)")
+    return model
+
+
+def _setup(model, system, calibration):
+    model = _resolve(model)
     system = resolve_system(system)
     return model, system, calibration_vector(system.generation, calibration)
 
 
 def layer_flops(model, tp: int, tokens: int, context: int = 0, batch: int = 1) -> float:
     """FLOPs per GPU of one layer for ``tokens`` new tokens after ``context`` cached ones."""
-    model = resolve_model(model)
+    model = _resolve(model)
     tp = check_tp(model, tp)
     kv = model.kv_heads * model.head_dim
     return float(K.layer_flops(check_int("batch", batch, 1), check_int("tokens", tokens, 1),
@@ -107,13 +117,13 @@ def block_time_s(model, system, tokens: int, context: int = 0, batch: int = 1,
 
 def weight_bytes_per_gpu(model, tp: int) -> float:
     """16-bit weights held by one of ``tp`` GPUs (every matrix, embedding and output layer sharded)."""
-    model = resolve_model(model)
+    model = _resolve(model)
     return K.BYTES * model.params() / check_tp(model, tp)
 
 
 def kv_cache_bytes_per_gpu(model, tp: int, tokens: int, batch: int = 1) -> float:
     """16-bit keys and values of ``tokens`` tokens of ``batch`` sequences on one of ``tp`` GPUs."""
-    model = resolve_model(model)
+    model = _resolve(model)
     kv = model.kv_heads * model.head_dim
     return 2.0 * K.BYTES * batch * tokens * kv / check_tp(model, tp) * model.layers
 
@@ -190,7 +200,7 @@ def prefill_table(model, system, tps: Sequence[int], prompt_tokens: Sequence[int
 def memory_fits(model, system, tp: int, tokens: int, batch: int = 1) -> bool:
     """Whether weights, the KV cache of ``tokens`` tokens and the framework's reserve
     (``reserved_GiB`` of calibration.yaml) fit in one GPU's memory."""
-    model, system = resolve_model(model), resolve_system(system)
+    model, system = _resolve(model), resolve_system(system)
     reserved = catalog.calibration()["common"]["reserved_GiB"]["value"] * GiB
     need = weight_bytes_per_gpu(model, tp) + kv_cache_bytes_per_gpu(model, tp, tokens, batch) + reserved
     return bool(need <= system.hbm_capacity_GiB * GiB)

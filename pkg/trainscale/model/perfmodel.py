@@ -306,6 +306,10 @@ def pipeline_stage_times(model, system, plan: PlanSpec, calibration: Mapping[str
     weight_flops = (2 * tokens * h * (h + 2 * kv) + 2 * tokens * h * h
                     + 2 * model.ffn_matrices * tokens * h * model.ffn_hidden)
     attention_flops = 4 * mb * s * s * h
+    if model.is_mla:  # latent attention's projections and core at its own widths (trainscale.kernels.attention)
+        weight_flops = 2 * tokens * (model.attention_params() + model.ffn_matrices * h * model.ffn_hidden)
+        attention_flops = 2 * mb * s * s * model.heads * (model.qk_head_dim + model.qk_pos_emb_head_dim
+                                                          + model.v_head_dim)
     wgrad_layer = 0.5 * lc[K.L_BWD_GEMM] * weight_flops / (weight_flops + attention_flops)
     layers = chunk_layer_counts(model, plan).ravel().astype(float)
     fwd = layers * out[K.O_LAYER_FWD]

@@ -29,28 +29,29 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 
 # sha256 (first 16 hex digits) of [(run id, repr(PlanSpec)), ...] per dataset, and the run count,
 # recorded with main's code at a401533 (PlanSpec with precision and MoE fields), before the stack defaults;
-# re-recorded when PlanSpec gained moe_imbalance (default 1.0): with ", moe_imbalance=1.0" taken out of each
-# repr, every dataset's hash is the one recorded before (checked when re-recorded).
+# re-recorded when PlanSpec gained moe_imbalance (default 1.0) and overlap_moe_expert_parallel_comm (default False):
+# with ", moe_imbalance=1.0" (", overlap_moe_expert_parallel_comm=False") taken out of each repr, every dataset's
+# hash is the one recorded before (checked when re-recorded).
 PLAN_HASHES_BEFORE = {
-    "bridge-2602": "86fcdfbd431c6ea5 33",
-    "bridge-2604": "375daf1e04c187f0 32",
-    "bridge-2606": "0a9a337e31a9eeb3 11",
-    "bridge-blackwell": "24e0f08c8392e42a 14",
-    "bridge-hopper": "0e762361056fd02a 6",
-    "bridge-mla": "58cd8e73e08e8523 3",
-    "calculon": "a2c2d24e0f3d15ba 8",
-    "deepspeed-ampere": "9e9c7508e9ad0515 3",
-    "deepspeed-trials": "c238bcbf22b3a373 39",
-    "fsdp-ampere": "a41c2d61141c94fb 7",
-    "fsdp-compiled": "79828efc5eef4653 10",
-    "fsdp-hopper": "4561796c3520feb3 12",
-    "fsdp-mosaic": "1b5015aabe1a3e10 18",
-    "megatron-hopper": "fad67082d664d5e3 9",
-    "nemo-blackwell": "d367c514a0a60461 7",
-    "nemo-hopper": "8b4d1bd092f15108 14",
-    "published": "47f302e90bc61e2c 21",
-    "vtrain-multi": "645a568c7776ab30 109",
-    "vtrain-single": "9d0b1cdbac744abc 1440",
+    "bridge-2602": "c51e9f291c63525e 33",
+    "bridge-2604": "af84a26c5e5de864 32",
+    "bridge-2606": "a93b0b6336ccf136 11",
+    "bridge-blackwell": "3698ce6b92451fbd 14",
+    "bridge-hopper": "65e7ec05e240049f 6",
+    "bridge-mla": "4f52a01d5bdafee6 3",
+    "calculon": "43946d763f8a33bb 8",
+    "deepspeed-ampere": "28ce09bcd9ef7920 3",
+    "deepspeed-trials": "c9cdfdfb9a32abd2 39",
+    "fsdp-ampere": "c5e55c951350b529 7",
+    "fsdp-compiled": "1ec387e97a92f028 10",
+    "fsdp-hopper": "e09fc65105cbbdca 12",
+    "fsdp-mosaic": "d57c7374d87371bd 18",
+    "megatron-hopper": "e218aa334c71201a 9",
+    "nemo-blackwell": "9ffd1c3b591ba2c7 7",
+    "nemo-hopper": "de8d1ec98144bdb6 14",
+    "published": "8fe4cd0dd3568b42 21",
+    "vtrain-multi": "36352bcf8d52f9b1 109",
+    "vtrain-single": "cd912343486bd4e3 1440",
 }
 
 

@@ -39,8 +39,8 @@ from .attention import (
 )
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_KERNEL_S, C_LAYER_HOST_S, C_LINEAR_SPEEDUP,
-    C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS, C_MOE_IMBALANCE, C_MOE_OP_HOST_S,
+    C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_KERNEL_S, C_LAYER_HOST_S,
+    C_LINEAR_SPEEDUP, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS, C_MOE_IMBALANCE, C_MOE_OP_HOST_S,
     C_NET_EFF, C_OVERLAP_SLOWDOWN, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_SELECTIVE_SHARE, C_SP_LAYOUT_COPY,
     C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
     L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE, L_FWD_MOE_HOST,
@@ -49,7 +49,7 @@ from .layout import (
     M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, S_HBM_BW, S_PEAK_FLOPS, S_SCALE_UP_BW,
     S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS,
 )
-from .moe import moe_dispatch_time, moe_host_time, moe_permute_time
+from .moe import ep_overlapped_times, moe_dispatch_time, moe_host_time, moe_permute_time
 
 ELEMENTWISE_KERNELS_PER_LAYER = 12.0
 # DeepSpeed's BF16_Optimizer adds each micro-batch's gradients into its fp32 buffer, per parameter:
@@ -365,6 +365,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         dispatch = moe_dispatch_time(system, calib, routed, h, t, et, ep, calib[C_MOE_IMBALANCE])
         ep_fwd = dispatch
         ep_bwd = dispatch + (dispatch if rc == RC_FULL else 0.0)
+        if calib[C_EP_A2A_OVERLAP] > 0.0 and ep > 1:  # beside another micro-batch's pass (a stack rule: ep > 1)
+            ep_fwd, ep_bwd = ep_overlapped_times(ep_fwd, ep_bwd, fwd_gemm + fwd_elem, bwd_gemm + bwd_elem,
+                                                 calib[C_OVERLAP_SLOWDOWN])
         moe_fwd, moe_bwd = moe_permute_time(routed, m, h, experts, local, t, et, calib[C_MOE_IMBALANCE], hbm,
                                             calib)
         host_fwd, host_bwd = moe_host_time(local, ep, int(et), calib[C_CAST_BYTES] > 0.0, calib[C_MOE_OP_HOST_S],

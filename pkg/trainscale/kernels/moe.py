@@ -25,7 +25,7 @@ from numba import njit
 
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
-from .collectives import BYTES, allgather_time, alltoall_time, out_link
+from .collectives import BYTES, allgather_time, alltoall_time, out_link, overlapped_exposed
 from .compute import memory_bound_time
 from .layout import C_NET_EFF, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT
 
@@ -70,6 +70,24 @@ def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance):
         bw_g, lat_g = out_link(system, et, np.int64(1))
         gather = allgather_time(sent * et, et, np.int64(1), domain, bw_up, lat_up, bw_g, lat_g, eff)
     return 2.0 * (a2a + gather)
+
+
+@njit(cache=True)
+def ep_overlapped_times(dispatch_fwd, dispatch_bwd, fwd_compute, bwd_compute, slowdown):
+    r"""(forward, backward) exposed seconds of one layer's dispatch and combine under Megatron-Core's batch-level
+    EP overlap (``overlap_moe_expert_parallel_comm``): the schedule merges the forward of one micro-batch with the
+    backward of another layer by layer, so the forward's all-to-alls run beside that layer's backward compute
+    and the backward's beside its forward compute, each exposed as
+    :func:`~trainscale.kernels.collectives.overlapped_exposed` prices a collective beside computation (the
+    compute slowed by the communication kernels):
+
+    .. math:: t_\mathrm{fwd} = \max\left(c_f - w_b,\ c_f \tfrac{\sigma}{1+\sigma}\right), \qquad
+              t_\mathrm{bwd} = \max\left(c_b - w_f,\ c_b \tfrac{\sigma}{1+\sigma}\right)
+
+    Every micro-batch is priced as in the steady state: the pipeline's warm-up and cool-down passes, which have
+    no partner, are not told apart (they are ``2 (p - 1)`` of a device's ``M v`` chunk passes)."""
+    return (overlapped_exposed(dispatch_fwd, bwd_compute, slowdown),
+            overlapped_exposed(dispatch_bwd, fwd_compute, slowdown))
 
 
 @njit(cache=True)

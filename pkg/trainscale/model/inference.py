@@ -17,7 +17,7 @@ from . import catalog
 from ..common.checks import check_float, check_floats, check_int
 from ..kernels import inference as K
 from .perfmodel import GiB, calibration_vector, model_vector, system_vector
-from .specs import ModelSpec, SpecError, SystemSpec, resolve_model, resolve_system
+from .specs import ModelSpec, SpecError, resolve_model, resolve_system
 
 __all__ = ["Decode", "Prefill", "block_time_s", "check_tp", "decode", "kv_cache_bytes_per_gpu", "layer_flops", "memory_fits", "prefill",
            "prefill_grid", "weight_bytes_per_gpu"]

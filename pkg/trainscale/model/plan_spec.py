@@ -222,6 +222,13 @@ class PlanSpec:
     a run with forced balancing (Megatron-Core's ``--moe-router-force-load-balancing``, the Megatron-Bridge
     performance tables) or a dropless run at capacity factor 1 has; aux-loss-balanced training runs above
     it. Not fitted: give the measured value where a run reports one."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """Megatron-Core's batch-level EP all-to-all overlap (``--overlap-moe-expert-parallel-comm
+    --delay-wgrad-compute``, off by default: ``model_parallel_config.py``; Megatron-LM d98e8a6
+    ``megatron/core/transformer/moe/README.md``: "Overlaps All-to-All with computation by merging FWD-BWD passes
+    of adjacent microbatches"): each layer's forward dispatch and combine run beside another micro-batch's
+    backward of that layer, its backward ones beside the forward
+    (:func:`trainscale.kernels.moe.ep_overlapped_times`). Its requirements are stack rules (``data/stack_rules.yaml``)."""
 
     @property
     def expert_tp(self) -> int:
@@ -287,6 +294,7 @@ class PlanSpec:
             precision=_choice(d, "precision", where, "bf16", PRECISIONS),
             custom_pipeline_layout=_bool(d, "custom_pipeline_layout", where, False),
             moe_imbalance=_float(d, "moe_imbalance", where, 1.0, minimum=1.0),
+            overlap_moe_expert_parallel_comm=_bool(d, "overlap_moe_expert_parallel_comm", where, False),
         )
         recipe = d.get("fp8_recipe") or ""
         if recipe:

@@ -21,7 +21,7 @@ from .specs import RECOMPUTE_MODES, STACKS, SpecError
 RULES_FILE = "stack_rules.yaml"
 FIELDS = ("tp", "pp", "cp", "dp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
           "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap", "ep",
-          "etp", "compiled")
+          "etp", "compiled", "overlap_moe_expert_parallel_comm")
 SYSTEM_FIELDS = ("scale_up_domain", "gpus_per_node")
 OPERATORS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
              "!=": operator.ne}
@@ -156,7 +156,7 @@ def _all(conditions, fields, system):
 _DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "interleave": 1, "micro_batch": 1, "recompute": "full",
              "sequence_parallel": False, "zero": 0, "shard_group": 0, "overlap_grad_reduce": False,
              "flash_attention": False, "zero3_per_tensor": False, "tp_comm_overlap": False, "ep": 1, "etp": 0,
-             "compiled": False}
+             "compiled": False, "overlap_moe_expert_parallel_comm": False}
 
 
 def rule_broken(rule: Rule, fields: Mapping, system):

@@ -43,6 +43,8 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "fp8_recipe": ("-", "scaling recipe of a low-precision format (blank: the format's first)"),
     "custom_pipeline_layout": ("true/false", "the run gives its own assignment of layers to pipeline chunks"),
     "moe_imbalance": ("ratio", "routed tokens of the busiest expert-parallel rank over the mean (1: balanced)"),
+    "overlap_moe_expert_parallel_comm": ("true/false", "hide the expert-parallel all-to-alls behind another "
+                                         "micro-batch's pass (Megatron-Core)"),
 }
 
 

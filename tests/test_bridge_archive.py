@@ -77,3 +77,54 @@ def test_a_row_made_twice_is_refused():
     twice = ARCHIVE.replace(row, row + "\n" + row.replace("| 1,712 |", "| 1,700 |"), 1)
     with pytest.raises(ValueError, match="made twice"):
         bridge_archive.transcribe(twice, [r for r in current_rows() if r["id"].startswith("bridge2511")])
+
+
+DEEPSEEK_2604_01 = """
+## 26.04.01 NeMo Container
+
+### Pre-Training Performance
+
+#### Model: DeepSeekV3
+
+| System | #-GPUs | Precision | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | Tokens / sec / GPU | Model TFLOP / sec / GPU |
+|--------|--------|-----------|-----|-----|-----------------|------|----|----|----|----|----|-----------------------|-------------------------|
+| DGX-GB200 | 256 | MXFP8 | 4096 | 1 | 4096 | 0 | 1 | 4 | 1 | 4 | 64 | 4256 | 1106 |
+| DGX-B200 | 256 | MXFP8 | 4096 | 1 | 4096 | 0 | 1 | 8 | 1 | 2 | 32 | 3328 | 864 |
+"""
+
+
+LLAMA_2604_01 = """
+#### Model: LLAMA3_70B
+
+| System | #-GPUs | Precision | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | Tokens / sec / GPU | Model TFLOP / sec / GPU |
+|--------|--------|-----------|-----|-----|-----------------|------|----|----|----|----|----|-----------------------|-------------------------|
+| DGX-H100 | 64 | FP8 | 128 | 1 | 4096 | 0 | 4 | 8 | 1 | 5 | 1 | 1602 | 1 |
+"""
+
+
+def test_the_releases_own_ep_overlap_and_the_latent_attention_widths_are_carried():
+    """26.04.01's B200 config turns the EP all-to-all overlap on (Megatron-Bridge v0.4.2, B200_FP8_MX_V2), its GB200
+    config does not; both rows copy DeepSeek-V3's latent-attention widths from its 25.11 row."""
+    made, _ = bridge_archive.transcribe(DEEPSEEK_2604_01, [r for r in current_rows() if r["id"].startswith("bridge2511")])
+    rows = {r["id"]: r for r in made}
+    b200, gb200 = rows["bridge260401-b200-deepseek-v3-256g-fp8-mx"], rows["bridge260401-gb200-deepseek-v3-256g-fp8-mx"]
+    assert b200["overlap_moe_expert_parallel_comm"] == "true" and "v0.4.2:" in b200["note"]
+    assert gb200["overlap_moe_expert_parallel_comm"] == "" and "overlap off in the release's config" in gb200["note"]
+    assert (b200["kv_lora_rank"], b200["q_lora_rank"], b200["kv_channels"]) == ("512", "1536", "")
+
+
+def test_the_script_runs_as_its_docstring_says(tmp_path):
+    """``PYTHONPATH=pkg python pkg/trainscale/data/bridge_archive.py ARCHIVE.md`` (no --write: prints, writes nothing).
+    Run as a file it has no package: a relative import there failed after the package moved into floors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    archive = tmp_path / "archive.md"
+    archive.write_text(DEEPSEEK_2604_01 + LLAMA_2604_01)  # a catalog model: its layer count read from the catalog
+    before = Path(data_path(validation.STACKS_FILE)).read_bytes()
+    out = subprocess.run([sys.executable, str(data_path("bridge_archive.py")), str(archive)], capture_output=True,
+                         text=True, check=True)
+    assert "bridge260401-b200-deepseek-v3-256g-fp8-mx 3328" in out.stdout
+    assert "bridge260401-h100-llama3-70b-64g-fp8 1602" in out.stdout
+    assert Path(data_path(validation.STACKS_FILE)).read_bytes() == before

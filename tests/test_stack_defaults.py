@@ -31,11 +31,12 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 # recorded with main's code at a401533 (PlanSpec with precision and MoE fields), before the stack defaults;
 # re-recorded when PlanSpec gained moe_imbalance (default 1.0) and overlap_moe_expert_parallel_comm (default False):
 # with ", moe_imbalance=1.0" (", overlap_moe_expert_parallel_comm=False") taken out of each repr, every dataset's
-# hash is the one recorded before (checked when re-recorded).
+# hash is the one recorded before (checked when re-recorded); bridge-2604 and bridge-2606 re-recorded when 11 of their
+# MoE rows took the EP all-to-all overlap their release's config turns on (data/bridge_archive.py EP_A2A_OVERLAP).
 PLAN_HASHES_BEFORE = {
     "bridge-2602": "c51e9f291c63525e 33",
-    "bridge-2604": "af84a26c5e5de864 32",
-    "bridge-2606": "a93b0b6336ccf136 11",
+    "bridge-2604": "9b5af1107b94d927 32",
+    "bridge-2606": "b9da340f9b9a89b6 11",
     "bridge-blackwell": "3698ce6b92451fbd 14",
     "bridge-hopper": "65e7ec05e240049f 6",
     "bridge-mla": "4f52a01d5bdafee6 3",

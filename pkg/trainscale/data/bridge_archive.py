@@ -43,6 +43,28 @@ SHAPE = ("params_b", "layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_hea
          "dense_ffn_hidden", "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
          "v_head_dim")
 FOOTNOTE = re.compile(r"\[\^([^\]]+)\]")
+# Megatron-Core's batch-level EP all-to-all overlap (plan.overlap_moe_expert_parallel_comm) where the release's own
+# performance scripts turn it on: moe_a2a_overlap=True in the row's workload base config (the default config variant,
+# v2, falling back to v1), which _set_moe_a2a_overlap_overrides (scripts/performance/utils/overrides.py) turns into
+# comm_overlap.overlap_moe_expert_parallel_comm and delay_wgrad_compute; off (CommOverlapConfig's default) in every
+# other release's config of these rows. A release's Megatron-Bridge tag: docs/versions1.json at COMMIT (26.04 =
+# v0.4.0, 26.04.01 = v0.4.2, 26.06 = v0.5.0, 26.06.01 = v0.5.1). Keyed by (release, system, model, precision tag).
+_QWEN = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
+_DSV3 = "scripts/performance/configs/deepseek/deepseek_workload_base_configs.py"
+_OSS = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
+EP_A2A_OVERLAP = {
+    ("26.04", "gb200", "gpt-oss-120b", "bf16"): f"v0.4.0:{_OSS}:102 (GB200_BF16_V2)",
+    ("26.04.01", "gb200", "gpt-oss-120b", "bf16"): f"v0.4.2:{_OSS}:102 (GB200_BF16_V2)",
+    ("26.04.01", "b200", "deepseek-v3", "fp8-mx"): f"v0.4.2:{_DSV3}:203 (B200_FP8_MX_V2)",
+    ("26.06", "gb200", "deepseek-v3", "fp8-mx"): f"v0.5.0:{_DSV3}:98 (GB200_FP8_MX_V1)",
+    ("26.06.01", "gb200", "deepseek-v3", "fp8-mx"): f"v0.5.1:{_DSV3}:98 (GB200_FP8_MX_V1)",
+    ("26.06", "gb200", "gpt-oss-120b", "fp8-mx"): f"v0.5.0:{_OSS}:211 (GB200_FP8_MX_V2)",
+    ("26.06.01", "gb200", "gpt-oss-120b", "fp8-mx"): f"v0.5.1:{_OSS}:211 (GB200_FP8_MX_V2)",
+    ("26.06", "gb200", "qwen3-30b-a3b", "fp8-mx"): f"v0.5.0:{_QWEN}:388 (GB200_FP8_MX_V1)",
+    ("26.06.01", "gb200", "qwen3-30b-a3b", "fp8-mx"): f"v0.5.1:{_QWEN}:405 (GB200_FP8_MX_V1)",
+    ("26.06", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.0:{_QWEN}:229 (GB200_FP8_MX_V2)",
+    ("26.06.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.1:{_QWEN}:229 (GB200_FP8_MX_V2)",
+}
 
 
 def dataset_of(release: str) -> str:
@@ -122,7 +144,7 @@ def transcribe(text: str, rows: list[dict]) -> tuple[list[dict], list[str]]:
 
 
 def _catalog_layers(model: str) -> int:
-    from ..model.specs import resolve_model
+    from trainscale.model.specs import resolve_model  # run as a script (the module docstring): no package
 
     return resolve_model(model).layers
 
@@ -162,6 +184,9 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         "dataset": dataset_of(release), "etp": etp or "", "precision": precision, "fp8_recipe": recipe,
         "custom_pipeline_layout": "true" if custom else "",
     })
+    a2a = EP_A2A_OVERLAP.get((release, short, model, tag))
+    if a2a:
+        out["overlap_moe_expert_parallel_comm"] = "true"
     note = [f"precision {precision_key} as published" + ("" if recipe or precision == "bf16" else
                                                           " (recipe not stated: the format's default)"),
             f"table also gives Model TFLOP/s/GPU {row.get('Model TFLOP / sec / GPU', '')}",
@@ -178,11 +203,14 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         note.append("with multi-token prediction (MTP), not modelled")
     if custom:
         note.append(f"{layers} layers do not split evenly over pp*vp = {pp * vp} chunks: custom_pipeline_layout")
+    if a2a:
+        note.append(f"EP all-to-all overlap on: moe_a2a_overlap=True in the release's config (Megatron-Bridge {a2a})")
     for name in notes:
         note.append(f"footnote [^{name}] of the archive" + (": a known performance regression (cudnn-frontend#256)"
                                                             if name == "gpt-oss-note" else ""))
     note.append("shape from this model's 25.11 row; recompute, SP/TP overlap, distributed optimizer, dispatcher and "
-                "CUDA graphs not stated: NeMo defaults")
+                "CUDA graphs not stated: NeMo defaults" + ("; EP all-to-all overlap off in the release's config"
+                                                           if moe and not a2a else ""))
     out["note"] = "; ".join(note)
     return out, ""
 

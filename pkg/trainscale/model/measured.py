@@ -235,6 +235,8 @@ def _public_plan(row: Mapping) -> dict:
             plan[key] = row[key]
     if _flag(row, "custom_pipeline_layout", STACKS_FILE):
         plan["custom_pipeline_layout"] = True
+    if _flag(row, "overlap_moe_expert_parallel_comm", STACKS_FILE):  # where the release's own config turns it on
+        plan["overlap_moe_expert_parallel_comm"] = True
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

@@ -104,11 +104,12 @@ LLAMA_2604_01 = """
 
 def test_the_releases_own_ep_overlap_and_the_latent_attention_widths_are_carried():
     """26.04.01's B200 config turns the EP all-to-all overlap on (Megatron-Bridge v0.4.2, B200_FP8_MX_V2), its GB200
-    config does not; both rows copy DeepSeek-V3's latent-attention widths from its 25.11 row."""
+    config does not, and the B200 config dispatches with DeepEP; both rows copy DeepSeek-V3's latent-attention widths from its 25.11 row."""
     made, _ = bridge_archive.transcribe(DEEPSEEK_2604_01, [r for r in current_rows() if r["id"].startswith("bridge2511")])
     rows = {r["id"]: r for r in made}
     b200, gb200 = rows["bridge260401-b200-deepseek-v3-256g-fp8-mx"], rows["bridge260401-gb200-deepseek-v3-256g-fp8-mx"]
     assert b200["overlap_moe_expert_parallel_comm"] == "true" and "v0.4.2:" in b200["note"]
+    assert (b200["moe_dispatcher"], gb200["moe_dispatcher"]) == ("deepep", "")  # GB200: HybridEP in one NVLink domain
     assert gb200["overlap_moe_expert_parallel_comm"] == "" and "overlap off in the release's config" in gb200["note"]
     assert (b200["kv_lora_rank"], b200["q_lora_rank"], b200["kv_channels"]) == ("512", "1536", "")
 

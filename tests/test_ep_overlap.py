@@ -49,11 +49,12 @@ def test_each_passs_all_to_alls_hide_behind_the_other_passs_compute(ep):
 
 
 @settings(max_examples=60, deadline=None)
-@given(c_f=st.floats(0, 1), c_b=st.floats(0, 1), w_f=st.floats(0, 1), w_b=st.floats(0, 1), s=st.floats(0, 1))
+@given(c_f=st.floats(0, 1), c_b=st.floats(0, 1), w_f=st.floats(0, 1), w_b=st.floats(0, 1),
+       s=st.one_of(st.just(0.0), st.floats(1e-6, 1)))
 def test_overlap_never_costs_more_than_the_all_to_alls_and_never_hides_them_all(c_f, c_b, w_f, w_b, s):
     f, b = ep_overlapped_times(c_f, c_b, w_f, w_b, s)
     assert 0.0 <= f <= c_f and 0.0 <= b <= c_b
-    if s > 0 and c_f > 0:
+    if s > 0 and c_f > 1e-300:  # (seconds: far above underflow)
         assert f > 0.0  # the slowed compute is never free
 
 
@@ -95,3 +96,44 @@ def test_off_by_default_and_off_changes_nothing():
     assert run.plan.overlap_moe_expert_parallel_comm is False
     explicit = dataclasses.replace(run, plan=dataclasses.replace(run.plan, overlap_moe_expert_parallel_comm=False))
     assert perfmodel.predict(run).step_time_s == perfmodel.predict(explicit).step_time_s
+
+
+# ---- the DeepEP dispatcher: a token crosses the scale-out network once per remote node -----------------------
+
+def _dispatch(dispatcher, ep=16, top_k=8):
+    from trainscale.kernels.moe import moe_dispatch_time
+    calib = perfmodel.calibration_vector(H100.generation)
+    calib[K.C_MOE_NODE_DEDUP] = 1.0 if dispatcher == "deepep" else 0.0
+    return moe_dispatch_time(perfmodel.system_vector(H100), calib, float(top_k * 4096), 2048.0, 1.0, 1, ep, 1.0,
+                             float(top_k))
+
+
+@pytest.mark.parametrize("ep, top_k", [(16, 8), (32, 8), (64, 4), (32, 1)])
+def test_deepep_sends_a_token_once_per_remote_node(ep, top_k):
+    """On 8-GPU nodes (NVLink inside, one NIC per GPU), the NIC's bytes are the all-to-all's times the share of
+    distinct remote nodes among a token's remote copies, D (1 - (1 - 1/D)^k) / k for D nodes; with one copy per
+    token (k = 1) nothing is saved, and inside one node the two dispatchers are one."""
+    d = ep // 8
+    share = d * (1 - (1 - 1 / d) ** top_k) / top_k
+    system, calib = perfmodel.system_vector(H100), perfmodel.calibration_vector(H100.generation)
+    nbytes = 2.0 * top_k * 4096 * 2048  # 16-bit copies
+    eff, bw_out, lat_out = calib[K.C_NET_EFF], system[K.S_SCALE_OUT_BW], system[K.S_SCALE_OUT_LAT]
+    bw_up, lat_up = system[K.S_SCALE_UP_BW], system[K.S_SCALE_UP_LAT]
+    outside = share * (ep - 8) / ep * nbytes / (eff * bw_out)
+    inside = (ep - 1) / ep * nbytes / (eff * bw_up)
+    expected = 2.0 * (7 * lat_up + (d - 1) * lat_out + max(inside, outside))  # dispatch and combine
+    assert _dispatch("deepep", ep, top_k) == pytest.approx(expected, rel=1e-12)
+    if top_k == 1:
+        assert _dispatch("deepep", ep, top_k) <= _dispatch("alltoall", ep, top_k)
+    else:
+        assert _dispatch("deepep", ep, top_k) < _dispatch("alltoall", ep, top_k)
+    assert _dispatch("deepep", 8, top_k) == _dispatch("alltoall", 8, top_k)
+
+
+def test_the_dispatcher_is_a_plan_field_deepspeed_refuses():
+    run = _run(moe_dispatcher="deepep")
+    assert perfmodel.predict(run).breakdown["ep_comm"] < perfmodel.predict(_run()).breakdown["ep_comm"]
+    with pytest.raises(SpecError, match="moe_dispatcher = 'nccl' is invalid; expected one of alltoall, deepep"):
+        _run(moe_dispatcher="nccl")
+    with pytest.raises(SpecError, match="stack rule deepspeed-moe-alltoall-dispatch"):
+        perfmodel.predict(_run(moe_dispatcher="deepep", stack="deepspeed", interleave=1))

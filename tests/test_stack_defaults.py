@@ -29,30 +29,31 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 
 # sha256 (first 16 hex digits) of [(run id, repr(PlanSpec)), ...] per dataset, and the run count,
 # recorded with main's code at a401533 (PlanSpec with precision and MoE fields), before the stack defaults;
-# re-recorded when PlanSpec gained moe_imbalance (default 1.0) and overlap_moe_expert_parallel_comm (default False):
-# with ", moe_imbalance=1.0" (", overlap_moe_expert_parallel_comm=False") taken out of each repr, every dataset's
-# hash is the one recorded before (checked when re-recorded); bridge-2604 and bridge-2606 re-recorded when 11 of their
-# MoE rows took the EP all-to-all overlap their release's config turns on (data/bridge_archive.py EP_A2A_OVERLAP).
+# re-recorded when PlanSpec gained moe_imbalance (default 1.0), overlap_moe_expert_parallel_comm (default False) and
+# moe_dispatcher (default 'alltoall'): with that default taken out of each repr, every dataset's hash is the one
+# recorded before (checked when re-recorded); bridge-2604 and bridge-2606 re-recorded when 11 of their MoE rows took the
+# EP all-to-all overlap their release's config turns on (data/bridge_archive.py EP_A2A_OVERLAP), and bridge-2604 when
+# one took its DeepEP dispatcher (MOE_DISPATCHER).
 PLAN_HASHES_BEFORE = {
-    "bridge-2602": "c51e9f291c63525e 33",
-    "bridge-2604": "9b5af1107b94d927 32",
-    "bridge-2606": "b9da340f9b9a89b6 11",
-    "bridge-blackwell": "3698ce6b92451fbd 14",
-    "bridge-hopper": "65e7ec05e240049f 6",
-    "bridge-mla": "4f52a01d5bdafee6 3",
-    "calculon": "43946d763f8a33bb 8",
-    "deepspeed-ampere": "28ce09bcd9ef7920 3",
-    "deepspeed-trials": "c9cdfdfb9a32abd2 39",
-    "fsdp-ampere": "c5e55c951350b529 7",
-    "fsdp-compiled": "1ec387e97a92f028 10",
-    "fsdp-hopper": "e09fc65105cbbdca 12",
-    "fsdp-mosaic": "d57c7374d87371bd 18",
-    "megatron-hopper": "e218aa334c71201a 9",
-    "nemo-blackwell": "9ffd1c3b591ba2c7 7",
-    "nemo-hopper": "de8d1ec98144bdb6 14",
-    "published": "8fe4cd0dd3568b42 21",
-    "vtrain-multi": "36352bcf8d52f9b1 109",
-    "vtrain-single": "cd912343486bd4e3 1440",
+    "bridge-2602": "090727a58ba60199 33",
+    "bridge-2604": "59bd73f29c99af3f 32",
+    "bridge-2606": "5a2b60672545475b 11",
+    "bridge-blackwell": "9a9d14bc30c62c86 14",
+    "bridge-hopper": "bb77ccfc305d28b5 6",
+    "bridge-mla": "b7fbd3df4b7b1460 3",
+    "calculon": "a9670ab7f27603d8 8",
+    "deepspeed-ampere": "0934a3072ffac5de 3",
+    "deepspeed-trials": "afa88289a365708c 39",
+    "fsdp-ampere": "da1bface756381cc 7",
+    "fsdp-compiled": "46d7c8700f6f1cf8 10",
+    "fsdp-hopper": "5cb189b93dddbd66 12",
+    "fsdp-mosaic": "8fb43d4664349406 18",
+    "megatron-hopper": "4e5e025607c52e8c 9",
+    "nemo-blackwell": "ba069fd3335afeeb 7",
+    "nemo-hopper": "c79666c9701c0c94 14",
+    "published": "bb1371b99c9955ae 21",
+    "vtrain-multi": "89d885efe0cc9194 109",
+    "vtrain-single": "fe30d9f80a70c3f0 1440",
 }
 
 

@@ -65,6 +65,11 @@ EP_A2A_OVERLAP = {
     ("26.06", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.0:{_QWEN}:229 (GB200_FP8_MX_V2)",
     ("26.06.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.1:{_QWEN}:229 (GB200_FP8_MX_V2)",
 }
+# The token dispatcher where the release's config crosses nodes with DeepEP (moe_flex_dispatcher_backend="deepep",
+# which apply_flex_dispatcher_backend turns into Megatron-Core's flex dispatcher): plan.moe_dispatcher deepep. The
+# other MoE rows' configs use the all-to-all dispatcher or HybridEP inside one NVLink domain (GB200's 72 GPUs, a B200
+# node's 8), where the model prices every dispatcher alike; they are left at alltoall.
+MOE_DISPATCHER = {("26.04.01", "b200", "deepseek-v3", "fp8-mx"): ("deepep", f"v0.4.2:{_DSV3}:203 (B200_FP8_MX_V2)")}
 
 
 def dataset_of(release: str) -> str:
@@ -187,6 +192,9 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
     a2a = EP_A2A_OVERLAP.get((release, short, model, tag))
     if a2a:
         out["overlap_moe_expert_parallel_comm"] = "true"
+    dispatcher, dispatcher_source = MOE_DISPATCHER.get((release, short, model, tag), ("", ""))
+    if dispatcher:
+        out["moe_dispatcher"] = dispatcher
     note = [f"precision {precision_key} as published" + ("" if recipe or precision == "bf16" else
                                                           " (recipe not stated: the format's default)"),
             f"table also gives Model TFLOP/s/GPU {row.get('Model TFLOP / sec / GPU', '')}",
@@ -203,14 +211,17 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         note.append("with multi-token prediction (MTP), not modelled")
     if custom:
         note.append(f"{layers} layers do not split evenly over pp*vp = {pp * vp} chunks: custom_pipeline_layout")
+    if dispatcher:
+        note.append(f"token dispatcher {dispatcher} in the release's config (Megatron-Bridge {dispatcher_source})")
     if a2a:
         note.append(f"EP all-to-all overlap on: moe_a2a_overlap=True in the release's config (Megatron-Bridge {a2a})")
     for name in notes:
         note.append(f"footnote [^{name}] of the archive" + (": a known performance regression (cudnn-frontend#256)"
                                                             if name == "gpt-oss-note" else ""))
-    note.append("shape from this model's 25.11 row; recompute, SP/TP overlap, distributed optimizer, dispatcher and "
-                "CUDA graphs not stated: NeMo defaults" + ("; EP all-to-all overlap off in the release's config"
-                                                           if moe and not a2a else ""))
+    unstated = "recompute, SP/TP overlap, distributed optimizer, " + ("" if dispatcher else "dispatcher ")
+    note.append(f"shape from this model's 25.11 row; {unstated}and CUDA graphs not stated: NeMo defaults"
+                .replace(", and", " and") + ("; EP all-to-all overlap off in the release's config" if moe and not a2a
+                                             else ""))
     out["note"] = "; ".join(note)
     return out, ""
 

@@ -156,6 +156,37 @@ def alltoall_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, eff
 
 
 @njit(cache=True)
+def deduplicated_alltoall_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency, top_k):
+    r"""All-to-all of routed token copies (``nbytes`` per GPU, ``top_k`` copies per token spread evenly over the
+    ``n`` members) by a dispatcher that sends a token once to each remote scale-up domain that holds any of its
+    experts and forwards it there over the scale-up links (DeepEP's internode kernels: "removes redundant tokens
+    during cross-node communication", NVIDIA/Megatron-LM d98e8a6 ``megatron/core/transformer/moe/README.md``; one
+    RDMA copy per node carrying a bitmask of its GPUs, ``SourceMeta.is_token_in_nvl_rank_bits`` in
+    deepseek-ai/DeepEP ``csrc/kernels/internode.cu``). With ``D`` domains spanned, a token's ``k (D - 1) / D``
+    remote copies become the ``(D - 1)(1 - (1 - 1/D)^k)`` remote domains it reaches (experts uniform, as under the
+    tables' forced balancing), so the NIC carries that share ``s = D (1 - (1 - 1/D)^k) / k`` of
+    :func:`alltoall_time`'s outside bytes, one message per remote domain; the scale-up links carry every copy
+    but the GPU's own (the forwarded ones too):
+
+    .. math:: T = (n_\mathrm{in}-1)\,\alpha_\mathrm{up} + (D-1)\,\alpha_\mathrm{out}
+              + \max\left(\frac{n-1}{n}\frac{S}{\eta B_\mathrm{up}},\
+              s\,\frac{n-n_\mathrm{in}}{n}\frac{S}{\eta B_\mathrm{out}}\right)
+
+    Inside one domain it is :func:`alltoall_time`."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    n_in, n_out = group_split(n, stride, domain)
+    if n_out == 1:
+        return alltoall_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency)
+    d = float(n_out)
+    share = d * (1.0 - (1.0 - 1.0 / d) ** top_k) / top_k if top_k >= 1.0 else 1.0
+    inside = (n - 1) / n * nbytes / (efficiency * bw_up)
+    outside = share * (n - n_in) / n * nbytes / (efficiency * bw_out)
+    latency = (n_in - 1) * lat_up + (n_out - 1) * lat_out
+    return latency + (inside if inside > outside else outside)
+
+
+@njit(cache=True)
 def p2p_time(nbytes, crosses_domain, bw_up, lat_up, bw_out, lat_out, efficiency):
     """Point-to-point send of ``nbytes`` inside the scale-up domain or across the scale-out network."""
     if nbytes <= 0.0:

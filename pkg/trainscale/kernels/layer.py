@@ -362,7 +362,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     host_fwd = 0.0  # the MoE layer's host issue time after its tokens-per-expert sync
     host_bwd = 0.0
     if moe:
-        dispatch = moe_dispatch_time(system, calib, routed, h, t, et, ep, calib[C_MOE_IMBALANCE])
+        dispatch = moe_dispatch_time(system, calib, routed, h, t, et, ep, calib[C_MOE_IMBALANCE], model[M_TOP_K])
         ep_fwd = dispatch
         ep_bwd = dispatch + (dispatch if rc == RC_FULL else 0.0)
         if calib[C_EP_A2A_OVERLAP] > 0.0 and ep > 1:  # beside another micro-batch's pass (a stack rule: ep > 1)

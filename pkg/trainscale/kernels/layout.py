@@ -91,7 +91,8 @@ C_PIPE_PARTITIONED = 32  # per stack: 1 where the pipeline engine sends 1/tp of 
 C_MOE_IMBALANCE = 33  # per plan: the busiest expert-parallel rank's routed tokens over the mean (plan.moe_imbalance; 1: balanced)
 C_MOE_OP_HOST_S = 34  # common: host seconds to issue one Python-level PyTorch / Transformer Engine op of a MoE layer (moe_op_host_s in calibration.yaml)
 C_EP_A2A_OVERLAP = 35  # per plan: 1 where the expert-parallel all-to-alls run beside another micro-batch's compute (plan.overlap_moe_expert_parallel_comm)
-C_SIZE = 36
+C_MOE_NODE_DEDUP = 36  # per plan: 1 where the dispatcher sends a token once per remote scale-up domain (plan.moe_dispatcher deepep)
+C_SIZE = 37
 
 # recomputation modes
 RC_NONE = 0

@@ -25,9 +25,9 @@ from numba import njit
 
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
-from .collectives import BYTES, allgather_time, alltoall_time, out_link, overlapped_exposed
+from .collectives import BYTES, allgather_time, alltoall_time, deduplicated_alltoall_time, out_link, overlapped_exposed
 from .compute import memory_bound_time
-from .layout import C_NET_EFF, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT
+from .layout import C_MOE_NODE_DEDUP, C_NET_EFF, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT
 
 # MoE router and permutation HBM bytes (Megatron-Core's fused router and permute kernels, 16-bit tokens):
 # the router's top-k over fp32 scores reads the logits and writes the probabilities and the routing map
@@ -37,7 +37,7 @@ ROUTER_SCORE_BYTES = (9.0, 12.0)
 
 
 @njit(cache=True)
-def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance):
+def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance, top_k=1.0):
     r"""Seconds of one pass's token dispatch and combine on one GPU (Megatron-Core's ``alltoall`` token
     dispatcher, MoEAlltoAllTokenDispatcher).
 
@@ -56,7 +56,9 @@ def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance):
     .. math:: t = 2\left[T_\mathrm{a2a}\!\left(\frac{2 r h \iota}{t}, ep\right)
               + T_\mathrm{ag}\!\left(\frac{2 r h \iota\, e_t}{t}, e_t\right)\right]
 
-    0 with ``ep = 1`` and ``e_t = 1`` (every expert local, nothing to gather)."""
+    0 with ``ep = 1`` and ``e_t = 1`` (every expert local, nothing to gather). With DeepEP
+    (``calib[C_MOE_NODE_DEDUP]``, plan ``moe_dispatcher: deepep``) the all-to-all sends each of the ``top_k`` copies'
+    tokens once per remote domain: :func:`~trainscale.kernels.collectives.deduplicated_alltoall_time`."""
     domain = int(system[S_SCALE_UP_DOMAIN])
     eff = calib[C_NET_EFF]
     bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
@@ -64,7 +66,10 @@ def moe_dispatch_time(system, calib, routed, h, tp, et, ep, imbalance):
     a2a = 0.0
     if ep > 1:
         bw_a, lat_a = out_link(system, ep, et)
-        a2a = alltoall_time(sent, ep, et, domain, bw_up, lat_up, bw_a, lat_a, eff)
+        if calib[C_MOE_NODE_DEDUP] > 0.0:
+            a2a = deduplicated_alltoall_time(sent, ep, et, domain, bw_up, lat_up, bw_a, lat_a, eff, top_k)
+        else:
+            a2a = alltoall_time(sent, ep, et, domain, bw_up, lat_up, bw_a, lat_a, eff)
     gather = 0.0
     if et > 1:
         bw_g, lat_g = out_link(system, et, np.int64(1))

@@ -237,6 +237,8 @@ def _public_plan(row: Mapping) -> dict:
         plan["custom_pipeline_layout"] = True
     if _flag(row, "overlap_moe_expert_parallel_comm", STACKS_FILE):  # where the release's own config turns it on
         plan["overlap_moe_expert_parallel_comm"] = True
+    if row.get("moe_dispatcher"):  # PlanSpec refuses an unknown name with the valid ones
+        plan["moe_dispatcher"] = row["moe_dispatcher"]
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 from . import catalog
 from ..common.errors import SpecError
 from .model_spec import ModelSpec
-from .spec_fields import (DEFAULT_STACK, FP8_RECIPES, PRECISIONS, RECOMPUTE_MODES, ROTARY_KERNELS, STACK_DEFAULT_FIELDS,
-                          STACKS, TP_RULE, _bool, _choice, _float, _given, _int, _optional_bool, _optional_choice,
+from .spec_fields import (DEFAULT_STACK, FP8_RECIPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE_MODES, ROTARY_KERNELS,
+                          STACK_DEFAULT_FIELDS, STACKS, TP_RULE, _bool, _choice, _float, _given, _int, _optional_bool, _optional_choice,
                           _reject_unknown)
 from .system_spec import SystemSpec
 
@@ -229,6 +229,12 @@ class PlanSpec:
     of adjacent microbatches"): each layer's forward dispatch and combine run beside another micro-batch's
     backward of that layer, its backward ones beside the forward
     (:func:`trainscale.kernels.moe.ep_overlapped_times`). Its requirements are stack rules (``data/stack_rules.yaml``)."""
+    moe_dispatcher: str = "alltoall"
+    """The token dispatcher of a mixture of experts: ``alltoall`` (Megatron-Core's ``MoEAlltoAllTokenDispatcher``, each
+    routed copy sent to its expert's GPU) or ``deepep`` (its flex dispatcher with DeepEP, ``--moe-token-dispatcher-type
+    flex --moe-flex-dispatcher-backend deepep``: a token crosses the scale-out network once per remote node that
+    holds any of its experts, :func:`trainscale.kernels.collectives.deduplicated_alltoall_time`). Inside one scale-up
+    domain the two price the same."""
 
     @property
     def expert_tp(self) -> int:
@@ -295,6 +301,7 @@ class PlanSpec:
             custom_pipeline_layout=_bool(d, "custom_pipeline_layout", where, False),
             moe_imbalance=_float(d, "moe_imbalance", where, 1.0, minimum=1.0),
             overlap_moe_expert_parallel_comm=_bool(d, "overlap_moe_expert_parallel_comm", where, False),
+            moe_dispatcher=_choice(d, "moe_dispatcher", where, "alltoall", MOE_DISPATCHERS),
         )
         recipe = d.get("fp8_recipe") or ""
         if recipe:

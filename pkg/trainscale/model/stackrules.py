@@ -16,13 +16,15 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import catalog
+from .spec_fields import MOE_DISPATCHERS
 from .specs import RECOMPUTE_MODES, STACKS, SpecError
 
 RULES_FILE = "stack_rules.yaml"
 FIELDS = ("tp", "pp", "cp", "dp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
           "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap", "ep",
-          "etp", "compiled", "overlap_moe_expert_parallel_comm")
+          "etp", "compiled", "overlap_moe_expert_parallel_comm", "moe_dispatcher")
 SYSTEM_FIELDS = ("scale_up_domain", "gpus_per_node")
+NAMED_VALUES = {"recompute": RECOMPUTE_MODES, "moe_dispatcher": MOE_DISPATCHERS}  # fields whose values are names
 OPERATORS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
              "!=": operator.ne}
 RULE_KEYS = ("id", "when", "then", "why", "source")
@@ -69,9 +71,9 @@ def _condition(where: str, name: str, spec) -> Condition:
     if name not in FIELDS:
         _fail(where, "field", name, f"expected a plan field: {', '.join(FIELDS)}")
     if isinstance(spec, list) and spec:
-        if name == "recompute" and not set(spec) <= set(RECOMPUTE_MODES):
-            _fail(where, name, spec, f"expected values of {', '.join(RECOMPUTE_MODES)}")
-        if name != "recompute" and not all(isinstance(v, (bool, int)) for v in spec):
+        if name in NAMED_VALUES and not set(spec) <= set(NAMED_VALUES[name]):
+            _fail(where, name, spec, f"expected values of {', '.join(NAMED_VALUES[name])}")
+        if name not in NAMED_VALUES and not all(isinstance(v, (bool, int)) for v in spec):
             _fail(where, name, spec, "expected a list of integers or true/false")
         return Condition(name, values=tuple(spec))
     parts = spec.split() if isinstance(spec, str) else []
@@ -156,7 +158,7 @@ def _all(conditions, fields, system):
 _DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "interleave": 1, "micro_batch": 1, "recompute": "full",
              "sequence_parallel": False, "zero": 0, "shard_group": 0, "overlap_grad_reduce": False,
              "flash_attention": False, "zero3_per_tensor": False, "tp_comm_overlap": False, "ep": 1, "etp": 0,
-             "compiled": False, "overlap_moe_expert_parallel_comm": False}
+             "compiled": False, "overlap_moe_expert_parallel_comm": False, "moe_dispatcher": "alltoall"}
 
 
 def rule_broken(rule: Rule, fields: Mapping, system):

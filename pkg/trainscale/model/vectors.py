@@ -237,13 +237,14 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
     own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``,
     ``tp_async_backward``, ``precision`` and ``fp8_recipe``, ``custom_pipeline_layout``, ``moe_imbalance``,
-    ``overlap_moe_expert_parallel_comm``)."""
+    ``overlap_moe_expert_parallel_comm``, ``moe_dispatcher``)."""
     vec = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
     if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
         vec[K.C_EVEN_SPLIT] = 0.0
     vec[K.C_MOE_IMBALANCE] = plan.moe_imbalance
     vec[K.C_EP_A2A_OVERLAP] = 1.0 if plan.overlap_moe_expert_parallel_comm else 0.0
+    vec[K.C_MOE_NODE_DEDUP] = 1.0 if plan.moe_dispatcher == "deepep" else 0.0
     return with_precision(vec, system, calibration, plan.stack, plan.precision, plan.recipe)
 
 

@@ -45,6 +45,7 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "moe_imbalance": ("ratio", "routed tokens of the busiest expert-parallel rank over the mean (1: balanced)"),
     "overlap_moe_expert_parallel_comm": ("true/false", "hide the expert-parallel all-to-alls behind another "
                                          "micro-batch's pass (Megatron-Core)"),
+    "moe_dispatcher": ("-", "token dispatcher of a mixture of experts: alltoall, or deepep (once per remote node)"),
 }
 
 

@@ -69,7 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainscale.model import perfmodel, pipeline, validation
+from trainscale.model import grid, perfmodel, pipeline, validation
 
 from trainscale.model import planner
 from trainscale.kernels import layout as K
@@ -96,7 +96,7 @@ def agreement(name: str, worst: float, failures: list, what: str, tol: float = 1
 REFERENCE = r"""
 import json, sys, time
 import numpy as np
-from trainscale import perfmodel
+from trainscale.model import grid, perfmodel
 from trainscale.kernels import layout as K
 from trainscale.kernels.layer import layer_costs
 from trainscale.kernels.grid import grid_plan_costs
@@ -106,7 +106,7 @@ job = json.load(open(sys.argv[1]))
 model, system = resolve_model(job["model"]), resolve_system(job["system"])
 mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
 calib = perfmodel.calibration_vector(system.generation)
-axes = [perfmodel._axis(job["space"][n], n) for n in perfmodel.GRID_AXES]
+axes = [grid._axis(job["space"][n], n) for n in grid.GRID_AXES]
 gpus, gb = job["gpus"], job["global_batch"]
 idx = np.load(sys.argv[2])
 out = np.empty((idx.shape[0], K.O_SIZE))
@@ -125,7 +125,7 @@ print(json.dumps({"seconds": elapsed}))
 SEARCH = r"""
 import json, sys, time
 start = time.perf_counter()
-from trainscale import perfmodel
+from trainscale.model import planner
 grid, ranked = planner.search(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), top=5)
 elapsed = time.perf_counter() - start
 print(json.dumps({"seconds": elapsed, "plans": grid.attrs["space_size"], "best": ranked[0] if ranked else None}))
@@ -318,7 +318,7 @@ def main() -> int:
         failures.append("space too small")
 
     # --- grid throughput: the kernel alone, then the Dataset-building wrapper users call
-    arrays = [perfmodel._axis(full[name], name) for name in perfmodel.GRID_AXES]
+    arrays = [grid._axis(full[name], name) for name in perfmodel.GRID_AXES]
     calib = perfmodel.calibration_vector(system.generation)
     kernel_args = (perfmodel.model_vector(model), perfmodel.system_vector(system), calib, GPUS, GLOBAL_BATCH,
                    *arrays)
@@ -582,7 +582,7 @@ CURTAIL_DAYS, CURTAIL_REF_DAYS = 28, 2  # simulated trace lengths: jitted, and p
 CURTAIL_JOB = r"""
 import json, sys, time
 import numpy as np
-from trainscale import curtailment as C
+from trainscale.workloads import curtailment as C
 job = json.loads(sys.argv[1])
 trace = C.generate_traces(days=job["days"], seed=job["seed"])
 t0 = time.perf_counter()

@@ -218,10 +218,10 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
     for name in notes:
         note.append(f"footnote [^{name}] of the archive" + (": a known performance regression (cudnn-frontend#256)"
                                                             if name == "gpt-oss-note" else ""))
-    unstated = "recompute, SP/TP overlap, distributed optimizer, " + ("" if dispatcher else "dispatcher ")
-    note.append(f"shape from this model's 25.11 row; {unstated}and CUDA graphs not stated: NeMo defaults"
-                .replace(", and", " and") + ("; EP all-to-all overlap off in the release's config" if moe and not a2a
-                                             else ""))
+    unstated = ["recompute", "SP/TP overlap", "distributed optimizer"] + ([] if dispatcher else ["dispatcher"])
+    note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} and CUDA graphs not stated: NeMo defaults")
+    if moe and not a2a:
+        note.append("EP all-to-all overlap off in the release's config")
     out["note"] = "; ".join(note)
     return out, ""
 

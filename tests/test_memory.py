@@ -112,39 +112,27 @@ def test_every_published_run_is_predicted_to_fit():
     assert set(too_big) == set(KNOWN_MISSES), too_big
 
 
-# Megatron-Bridge 25.11 rows (issue 36) predicted not to fit, though they trained: open misses, listed so that
-# any change shows. The tables state no recomputation or offloading (NeMo's default, none, is taken), and the
-# model does not yet keep FP8 copies of saved linear inputs in place of the bf16 ones.
+# Megatron-Bridge rows (issue 36) predicted not to fit, though they trained: open misses, listed so that any change
+# shows. Since 2026-12-07 a low-precision linear layer keeps its input in the recipe's format (Transformer Engine's
+# column-wise copy; kernels.activations) and rows carry the modules their release's config recomputes
+# (plan.recompute_modules; data/bridge_archive.py RECOMPUTE_MODULES): 14 rows that missed before now fit (Llama 3 70B
+# FP8 on H100, 405B FP8 on B200, NVFP4 405B on GB200, DeepSeek-V3 FP8 on GB200 and B200). Left:
 KNOWN_MISSES = {
-    "bridge2511-gb200-llama3-70b-64g-fp8-cs": "mbs 2 x 8192 tokens at tp 1 without recomputation: ~365 GB of activations",
-    "bridge2511-gb200-llama3-405b-256g-fp8-cs": "tp 4 without recomputation, 8 layers per stage x 16 in flight",
-    "bridge2511-h100-llama3-70b-64g-fp8-cs": "81.6 of 79.6 GiB: FP8 weight copies counted, FP8 saved activations not",
-    "bridge2511-h100-gpt-oss-120b-64g-bf16": "mbs 4, no recomputation stated",
-    # 182.2 and 183.0 of 179.1 GiB since the interleaved peak counts the micro-batches really in flight on a
-    # middle device (pp 8 x v 8, 126 layers: +4.7 GiB); FP8 saved activations and whether these runs counted
-    # the embedding and loss in the split (NeMo's 405B recipe does) are not modelled
-    "bridge2511-b200-llama3-405b-128g-fp8-cs": "2% over: interleaved in-flight activations, bf16 saved inputs",
-    "bridge2511-b200-llama3-405b-128g-fp8-mx": "2% over: interleaved in-flight activations, bf16 saved inputs",
+    "bridge2511-gb200-llama3-70b-64g-fp8-cs": "mbs 2 x 8192 tokens at tp 1 without recomputation: ~475 GiB of activations",
+    "bridge2511-gb200-llama3-405b-256g-fp8-cs": "tp 4 without recomputation, 8 layers per stage x 16 in flight: 199.9 GiB",
+    "bridge2511-h100-gpt-oss-120b-64g-bf16": "mbs 4 and the 25.11 table's plan, which no v0.2.0 config matches (recompute unstated)",
+    # 194.0 of 185.0 GiB: the 25.11 table's BF16 plan; its v0.2.0 config (mla_up_proj) has another global batch
+    "bridge2511-gb200-deepseek-v3-256g-bf16": "bf16, no recomputation stated (the config that recomputes mla_up_proj differs)",
+    # 189.9 of 185.0 GiB: the release's config recomputes only the 3 dense layers' MLP ("mlp"); the model still counts
+    # the 1-byte dropout masks that DeepSeek-V3 (dropout 0) does not make, about 2 of the layer's 55 units
+    "bridge2604-gb200-deepseek-v3-256g-fp8-mx": "mlp only recomputed: 2.6% over, dropout masks counted",
 }
-# The archive's later releases (data/bridge_archive.py) run the same plans, with the same misses (the same GiB),
-# and DeepSeek-V3. Its multi-head latent attention (priced as such since 2026-12-07; as 128-head MHA before) saves
-# the up-projected Q, K and V of every head, 2 a (2 d_qk + d_v) = 131 kB per token and layer, which the recipe
-# does not keep: Megatron-Bridge's DeepSeek-V3 GB200 recipe recomputes them (recompute_modules = ["mla_up_proj"],
-# perf_recipes/deepseek/gb200/deepseek_v3.py at 067f987), a setting a plan cannot express yet (the archive's tables
-# do not state it, and the rows take NeMo's default, no recomputation): 190.5-204.3 of 185.0 GiB on GB200 at pp 4,
-# 205.9 of 179.1 on B200 at pp 8 (with bf16 saved inputs).
 _SAME_AS_2511 = {"gb200-llama3-70b-64g-fp8": "bridge2511-gb200-llama3-70b-64g-fp8-cs",
-                 "gb200-llama3-405b-256g-fp8": "bridge2511-gb200-llama3-405b-256g-fp8-cs",
-                 "h100-llama3-70b-64g-fp8": "bridge2511-h100-llama3-70b-64g-fp8-cs"}
+                 "gb200-llama3-405b-256g-fp8": "bridge2511-gb200-llama3-405b-256g-fp8-cs"}
 KNOWN_MISSES.update({f"bridge{release}-{plan}": KNOWN_MISSES[same] for release in ("2602", "260201", "2604", "260401")
                      for plan, same in _SAME_AS_2511.items()})
-KNOWN_MISSES.update({"bridge2606-gb200-llama3-405b-256g-fp8": KNOWN_MISSES["bridge2511-gb200-llama3-405b-256g-fp8-cs"],
-                     "bridge260201-gb200-llama3-405b-256g-nvfp4": "as its FP8 row, with NVFP4 weight copies: 216.1 GiB"})
-_MLA_SAVED = "MLA's up-projected Q, K, V saved (the recipe recomputes mla_up_proj), bf16 saved inputs"
-KNOWN_MISSES.update({f"bridge{release}-gb200-deepseek-v3-256g-fp8-mx": _MLA_SAVED
-                     for release in ("2602", "260201", "2604", "260401", "2606", "260601")})
-KNOWN_MISSES["bridge260401-b200-deepseek-v3-256g-fp8-mx"] = _MLA_SAVED
-KNOWN_MISSES.update({f"bridge2511-gb200-deepseek-v3-256g-{precision}": _MLA_SAVED for precision in ("bf16", "fp8-mx")})
+KNOWN_MISSES["bridge2606-gb200-llama3-405b-256g-fp8"] = KNOWN_MISSES["bridge2511-gb200-llama3-405b-256g-fp8-cs"]
+KNOWN_MISSES["bridge260401-gb200-deepseek-v3-256g-fp8-mx"] = KNOWN_MISSES["bridge2604-gb200-deepseek-v3-256g-fp8-mx"]
 
 
 def test_fms_fsdp_selective_rows_carry_the_share_their_table_implies():

@@ -33,27 +33,29 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 # moe_dispatcher (default 'alltoall'): with that default taken out of each repr, every dataset's hash is the one
 # recorded before (checked when re-recorded); bridge-2604 and bridge-2606 re-recorded when 11 of their MoE rows took the
 # EP all-to-all overlap their release's config turns on (data/bridge_archive.py EP_A2A_OVERLAP), and bridge-2604 when
-# one took its DeepEP dispatcher (MOE_DISPATCHER).
+# one took its DeepEP dispatcher (MOE_DISPATCHER); re-recorded when PlanSpec gained recompute_modules
+# (default ''; the same check) and bridge-2602, -2604, -2606 and -mla when 22 rows took the modules their release's
+# config recomputes (RECOMPUTE_MODULES).
 PLAN_HASHES_BEFORE = {
-    "bridge-2602": "090727a58ba60199 33",
-    "bridge-2604": "59bd73f29c99af3f 32",
-    "bridge-2606": "5a2b60672545475b 11",
-    "bridge-blackwell": "9a9d14bc30c62c86 14",
-    "bridge-hopper": "bb77ccfc305d28b5 6",
-    "bridge-mla": "b7fbd3df4b7b1460 3",
-    "calculon": "a9670ab7f27603d8 8",
-    "deepspeed-ampere": "0934a3072ffac5de 3",
-    "deepspeed-trials": "afa88289a365708c 39",
-    "fsdp-ampere": "da1bface756381cc 7",
-    "fsdp-compiled": "46d7c8700f6f1cf8 10",
-    "fsdp-hopper": "5cb189b93dddbd66 12",
-    "fsdp-mosaic": "8fb43d4664349406 18",
-    "megatron-hopper": "4e5e025607c52e8c 9",
-    "nemo-blackwell": "ba069fd3335afeeb 7",
-    "nemo-hopper": "c79666c9701c0c94 14",
-    "published": "bb1371b99c9955ae 21",
-    "vtrain-multi": "89d885efe0cc9194 109",
-    "vtrain-single": "fe30d9f80a70c3f0 1440",
+    "bridge-2602": "86c1c73a7fb416b5 33",
+    "bridge-2604": "7f62ccd7c42a89dc 32",
+    "bridge-2606": "87bc75327b89eca9 11",
+    "bridge-blackwell": "a86161f2582bf4b0 14",
+    "bridge-hopper": "535e2ca12e7fb6bf 6",
+    "bridge-mla": "4fd7ff7aa519156c 3",
+    "calculon": "92e1e558ce9750a9 8",
+    "deepspeed-ampere": "42916ee42e385f85 3",
+    "deepspeed-trials": "a90bacf528b58966 39",
+    "fsdp-ampere": "4ac234a7efb49e2a 7",
+    "fsdp-compiled": "247c92a2629dd9b1 10",
+    "fsdp-hopper": "92703b867d5e2dc3 12",
+    "fsdp-mosaic": "4f9eaa8874dd042e 18",
+    "megatron-hopper": "dc7ae2b54c9f59d8 9",
+    "nemo-blackwell": "b364d78714f40a64 7",
+    "nemo-hopper": "5fb5a13398109a29 14",
+    "published": "3506e2028a5e9821 21",
+    "vtrain-multi": "cfec26e1ec9bdea9 109",
+    "vtrain-single": "cf71c1c82ed884c6 1440",
 }
 
 

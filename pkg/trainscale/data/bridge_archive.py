@@ -14,8 +14,11 @@ that model's 25.11 row (one model, one shape) and takes its plan and throughput 
 dp = gpus / (tp pp cp); VP ``n/a`` = 1; FSDP > 0 = Megatron-FSDP, written zero 3
 (as the 25.11 rows); a mixture of experts with tp > 1 gets etp 1 (the tables have no ETP column; Bridge's
 workload base configs set ``expert_tensor_parallel_size=1``); a layer count that does not split evenly over
-pp x vp chunks runs the recipe's own layout (``custom_pipeline_layout``). Unstated (recompute, overlaps, the
-distributed optimizer, the MoE dispatcher, CUDA graphs): NeMo's defaults, as for the 25.11 rows.
+pp x vp chunks runs the recipe's own layout (``custom_pipeline_layout``). Where the release's own config of a row
+turns on a knob the tables do not state (the EP all-to-all overlap, the DeepEP dispatcher, the modules of a selective
+recomputation: :data:`EP_A2A_OVERLAP`, :data:`MOE_DISPATCHER`, :data:`RECOMPUTE_MODULES`), the row carries it, with
+the config's tag, file and line in its note. Otherwise unstated (recompute, overlaps, the distributed optimizer, the
+MoE dispatcher, CUDA graphs): NeMo's defaults, as for the 25.11 rows.
 """
 
 from __future__ import annotations
@@ -70,6 +73,36 @@ EP_A2A_OVERLAP = {
 # other MoE rows' configs use the all-to-all dispatcher or HybridEP inside one NVLink domain (GB200's 72 GPUs, a B200
 # node's 8), where the model prices every dispatcher alike; they are left at alltoall.
 MOE_DISPATCHER = {("26.04.01", "b200", "deepseek-v3", "fp8-mx"): ("deepep", f"v0.4.2:{_DSV3}:203 (B200_FP8_MX_V2)")}
+# Megatron-Core's selective recomputation of named modules (plan.recompute: selective, plan.recompute_modules) where
+# the release's config of the row sets recompute_modules (which set_recompute_overrides, scripts/performance/utils/
+# overrides.py, turns into recompute_granularity="selective"): the config the release's scripts run by default (v2,
+# else v1; get_workload_base_config in scripts/performance/utils/utils.py), evaluated at the release's tag (its
+# definition's line given), and only where its tp, pp, vp, ep, micro and global batch are the row's. Left out:
+# 26.02.01 B200 GPT-OSS (its config has ep 64, the row ep 8); the 26.06 GPT-OSS configs set recompute_modules=[]
+# (nothing recomputed: the rows' recompute none); Qwen3's recipes turn recomputation off (recompute_granularity=None).
+RECOMPUTE_MODULES = {
+    ("26.06.01", "gb200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.5.1:{_DSV3}:224 (GB200_FP8_MX_V2)"),
+    ("26.06", "gb200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.5.0:{_DSV3}:209 (GB200_FP8_MX_V2)"),
+    ("26.04.01", "gb200", "deepseek-v3", "fp8-mx"): ("mlp", f"v0.4.2:{_DSV3}:170 (GB200_FP8_MX_V2)"),
+    ("26.04.01", "b200", "deepseek-v3", "fp8-mx"): ("mla_up_proj,mlp", f"v0.4.2:{_DSV3}:203 (B200_FP8_MX_V2)"),
+    ("26.04.01", "gb200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.4.2:{_OSS}:102 (GB200_BF16_V2)"),
+    ("26.04.01", "b200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.4.2:{_OSS}:117 (B200_BF16_V2)"),
+    ("26.04.01", "h100", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.4.2:{_OSS}:124 (H100_BF16_V2)"),
+    ("26.04", "gb200", "deepseek-v3", "fp8-mx"): ("mlp", f"v0.4.0:{_DSV3}:170 (GB200_FP8_MX_V2)"),
+    ("26.04", "b200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.4.0:{_DSV3}:201 (B200_FP8_MX_V2)"),
+    ("26.04", "gb200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.4.0:{_OSS}:102 (GB200_BF16_V2)"),
+    ("26.04", "b200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.4.0:{_OSS}:118 (B200_BF16_V2)"),
+    ("26.04", "h100", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.4.0:{_OSS}:126 (H100_BF16_V2)"),
+    ("26.02.01", "gb200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.3.1:{_DSV3}:161 (GB200_FP8_MX_V2)"),
+    ("26.02.01", "b200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.3.1:{_DSV3}:184 (B200_FP8_MX_V2)"),
+    ("26.02.01", "gb200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.3.1:{_OSS}:96 (GB200_BF16_V2)"),
+    ("26.02.01", "h100", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.3.1:{_OSS}:114 (H100_BF16_V2)"),
+    ("26.02", "gb200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.3.0:{_DSV3}:161 (GB200_FP8_MX_V2)"),
+    ("26.02", "b200", "deepseek-v3", "fp8-mx"): ("mla_up_proj", f"v0.3.0:{_DSV3}:184 (B200_FP8_MX_V2)"),
+    ("26.02", "gb200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.3.0:{_OSS}:96 (GB200_BF16_V2)"),
+    ("26.02", "b200", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.3.0:{_OSS}:108 (B200_BF16_V2)"),
+    ("26.02", "h100", "gpt-oss-120b", "bf16"): ("layernorm,moe_act", f"v0.3.0:{_OSS}:114 (H100_BF16_V2)"),
+}
 
 
 def dataset_of(release: str) -> str:
@@ -195,6 +228,9 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
     dispatcher, dispatcher_source = MOE_DISPATCHER.get((release, short, model, tag), ("", ""))
     if dispatcher:
         out["moe_dispatcher"] = dispatcher
+    modules, modules_source = RECOMPUTE_MODULES.get((release, short, model, tag), ("", ""))
+    if modules:
+        out["recompute"], out["recompute_modules"] = "selective", modules
     note = [f"precision {precision_key} as published" + ("" if recipe or precision == "bf16" else
                                                           " (recipe not stated: the format's default)"),
             f"table also gives Model TFLOP/s/GPU {row.get('Model TFLOP / sec / GPU', '')}",
@@ -213,12 +249,16 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         note.append(f"{layers} layers do not split evenly over pp*vp = {pp * vp} chunks: custom_pipeline_layout")
     if dispatcher:
         note.append(f"token dispatcher {dispatcher} in the release's config (Megatron-Bridge {dispatcher_source})")
+    if modules:
+        note.append(f"selective recomputation of {modules.replace(',', ' and ')} in the release's config "
+                    f"(Megatron-Bridge {modules_source})")
     if a2a:
         note.append(f"EP all-to-all overlap on: moe_a2a_overlap=True in the release's config (Megatron-Bridge {a2a})")
     for name in notes:
         note.append(f"footnote [^{name}] of the archive" + (": a known performance regression (cudnn-frontend#256)"
                                                             if name == "gpt-oss-note" else ""))
-    unstated = ["recompute", "SP/TP overlap", "distributed optimizer"] + ([] if dispatcher else ["dispatcher"])
+    unstated = ([] if modules else ["recompute"]) + ["SP/TP overlap", "distributed optimizer"] + \
+        ([] if dispatcher else ["dispatcher"])
     note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} and CUDA graphs not stated: NeMo defaults")
     if moe and not a2a:
         note.append("EP all-to-all overlap off in the release's config")

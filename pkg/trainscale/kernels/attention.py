@@ -95,18 +95,26 @@ def qkv_projection_time(model, m, tp, sp, qw, kv, peak, hbm_bw, sms, calib):
 
 
 @njit(cache=True)
-def attention_activation_units(model, h, kv):
-    """Bytes per token the attention block keeps for its backward, in units of ``h`` (Korthikanti et al. 2022:
-    ``7 + 4 kv / h`` for multi-head attention: the projection input, Q, K, V, the core's output and the dropout
-    mask). Latent attention keeps the normed hidden state, both latents before and after their norms, the
-    rotary key, the expanded Q, K and V and the core's output (16 bits each) and the dropout mask."""
-    if not is_latent_attention(model):
-        return 7.0 + 4.0 * kv / h
+def up_projection_forward_time(model, m, tp, peak, hbm_bw, sms, calib):
+    """Forward seconds of latent attention's two up projections on one GPU for ``m`` tokens (what Megatron-Core's
+    ``recompute_modules=["mla_up_proj"]`` re-runs in the backward; :mod:`trainscale.kernels.activations`)."""
+    one = np.int64(1)
+    a = int(model[M_HEADS])
+    q_in = int(model[M_Q_LORA]) if model[M_Q_LORA] > 0.0 else int(model[M_HIDDEN])
+    d_qk = int(model[M_QK_HEAD] + model[M_QK_POS])
+    f_qu, _ = gemm_fwd_bwd_time(m, a * d_qk // tp, q_in, one, peak, hbm_bw, sms, calib)
+    up = a * int(model[M_QK_HEAD] + model[M_V_HEAD]) // tp
+    f_ku, _ = gemm_fwd_bwd_time(m, up, int(model[M_KV_LORA]), one, peak, hbm_bw, sms, calib)
+    return f_qu + f_ku
+
+
+@njit(cache=True)
+def up_projection_flops(model, tokens):
+    """Forward FLOPs of latent attention's two up projections for ``tokens`` tokens, all tensor-parallel ranks."""
     a = model[M_HEADS]
-    latents = 4.0 * model[M_Q_LORA] + 2.0 * (model[M_KV_LORA] + model[M_QK_POS]) + 2.0 * model[M_KV_LORA]
+    q_in = model[M_Q_LORA] if model[M_Q_LORA] > 0.0 else model[M_HIDDEN]
     d_qk = model[M_QK_HEAD] + model[M_QK_POS]
-    expanded = 2.0 * a * (2.0 * d_qk + model[M_V_HEAD]) + 2.0 * a * model[M_V_HEAD]
-    return 3.0 + (latents + expanded) / h
+    return 2.0 * tokens * (q_in * a * d_qk + model[M_KV_LORA] * a * (model[M_QK_HEAD] + model[M_V_HEAD]))
 
 
 @njit(cache=True)

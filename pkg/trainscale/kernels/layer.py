@@ -33,20 +33,22 @@ from numba import njit
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
 from .collectives import BYTES, allgather_time, allreduce_time, out_link, overlapped_exposed
+from .activations import attention_saved_units, mlp_saved_units, recomputes
 from .attention import (
-    attention_activation_units, attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops,
-    qkv_projection_time, rotary_widths,
+    attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops, qkv_projection_time,
+    rotary_widths, up_projection_flops, up_projection_forward_time,
 )
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_KERNEL_S, C_LAYER_HOST_S,
     C_LINEAR_SPEEDUP, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS, C_MOE_IMBALANCE, C_MOE_OP_HOST_S,
     C_NET_EFF, C_OVERLAP_SLOWDOWN, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_SELECTIVE_SHARE, C_SP_LAYOUT_COPY,
-    C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
+    C_SAVED_INPUT_BYTES, C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
     L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE, L_FWD_MOE_HOST,
     L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP, L_RECOMP_TP, L_TP_TOTAL, L_WORK_BYTES,
     M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_PARAMS_LAYER, M_ROTARY,
-    M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, S_HBM_BW, S_PEAK_FLOPS, S_SCALE_UP_BW,
+    M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, RM_CORE_ATTN, RM_LAYERNORM, RM_MLA_UP_PROJ,
+    RM_MLP, RM_MOE, RM_MOE_ACT, RM_SHARED_EXPERTS, S_HBM_BW, S_PEAK_FLOPS, S_SCALE_UP_BW,
     S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS,
 )
 from .moe import ep_overlapped_times, moe_dispatch_time, moe_host_time, moe_permute_time
@@ -205,6 +207,58 @@ def cast_time(elements, kernels, hbm_bw, calib):
 
 
 @njit(cache=True)
+def module_recompute_times(calib, moe, up_s, norm_bytes, ffn_gemm_s, shared_gemm_s, routed_fn_bytes, shared_fn_bytes,
+                           tp_fwd, moe_fwd, ep_fwd, hbm_bw):
+    """(compute and element-wise, tensor-parallel, permutation, expert-parallel) seconds that Megatron-Core's
+    selective recomputation of named modules (``calib[C_RECOMPUTE_MODULES]``, :mod:`trainscale.kernels.activations`)
+    re-runs in the backward of one layer and micro-batch: the forward of each module it discards. ``up_s``: latent
+    attention's up projections; ``norm_bytes``: the stand-alone norms' HBM traffic; ``ffn_gemm_s``: the MLP's (or
+    the MoE block's: router, experts and shared experts) GEMMs; ``shared_gemm_s``: the shared experts'; the
+    activation functions' traffic of the routed copies and of the shared experts; the layer's forward tensor-parallel
+    time (a dense MLP re-runs its half), and a MoE block's permutation and dispatch."""
+    seconds = 0.0
+    tp_s = 0.0
+    permute_s = 0.0
+    ep_s = 0.0
+    if recomputes(calib, RM_MLA_UP_PROJ):
+        seconds += up_s
+    if recomputes(calib, RM_LAYERNORM) and norm_bytes > 0.0:
+        seconds += memory_bound_time(norm_bytes, 1.0, hbm_bw, calib)
+    if not moe:
+        if recomputes(calib, RM_MLP):
+            seconds += ffn_gemm_s + memory_bound_time(routed_fn_bytes, 1.0, hbm_bw, calib)
+            tp_s += 0.5 * tp_fwd
+        return seconds, tp_s, permute_s, ep_s
+    if recomputes(calib, RM_MOE):
+        seconds += ffn_gemm_s + memory_bound_time(routed_fn_bytes + shared_fn_bytes, 2.0, hbm_bw, calib)
+        return seconds, tp_s, moe_fwd, ep_fwd
+    if recomputes(calib, RM_MOE_ACT):
+        seconds += memory_bound_time(routed_fn_bytes, 1.0, hbm_bw, calib)
+    if recomputes(calib, RM_SHARED_EXPERTS) and shared_fn_bytes > 0.0:
+        seconds += shared_gemm_s + memory_bound_time(shared_fn_bytes, 1.0, hbm_bw, calib)
+    return seconds, tp_s, permute_s, ep_s
+
+
+@njit(cache=True)
+def module_recompute_flops(model, calib, tokens, latent, moe):
+    """Hardware FLOPs (whole layer, all tensor-parallel ranks) that the named modules' recomputation re-runs."""
+    h = model[M_HIDDEN]
+    nf = model[M_FFN_MATS]
+    flops = 0.0
+    if latent and recomputes(calib, RM_MLA_UP_PROJ):
+        flops += up_projection_flops(model, tokens)
+    shared = 2.0 * nf * tokens * h * model[M_SHARED_FFN]
+    if not moe:
+        if recomputes(calib, RM_MLP):
+            flops += 2.0 * nf * tokens * h * model[M_FFN]
+    elif recomputes(calib, RM_MOE):
+        flops += 2.0 * nf * tokens * h * model[M_FFN] * model[M_TOP_K] + 2.0 * tokens * h * model[M_EXPERTS] + shared
+    elif recomputes(calib, RM_SHARED_EXPERTS):
+        flops += shared
+    return flops
+
+
+@njit(cache=True)
 def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_overlap=False, etp=0):
     """Fill ``out`` (layout ``L_*``) with one layer's costs for one micro-batch on one GPU
     (``ep``: expert-parallel degree, used by mixture-of-experts models only; ``tp_overlap``:
@@ -265,6 +319,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     routed = 0.0  # token copies of the micro-batch's tokens (mixture of experts)
     received = 0.0  # the copies the busiest rank's experts process: routed x the imbalance
     local = 1
+    f_rt = 0.0  # forward seconds of the router's GEMM and of the shared experts' two GEMMs (in f_up / f_dn too)
+    f_shared = 0.0
     if moe:  # E/ep local experts, each a batch of c k m ep / E tokens, and the router
         routed = model[M_CAPACITY] * model[M_TOP_K] * m
         received = routed * calib[C_MOE_IMBALANCE]
@@ -284,6 +340,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
             b_up += b_su
             f_dn += f_sd
             b_dn += b_sd
+            f_shared = f_su + f_sd
     fwd_gemm = f_qkv + f_sc + f_av + f_o + f_up + f_dn
     bwd_gemm = b_qkv + b_sc + b_av + b_o + b_up + b_dn
     if flash:  # flash attention's backward recomputes the scores on chip, at the backward's efficiency
@@ -294,10 +351,11 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     replicated = 1.0 / t if sp else 1.0
     norm_drop_res = NORM_DROPOUT_RESIDUAL_BYTES * m * h * replicated
     activation_fn = (2.0 * nf) * m * f / t
+    shared_fn = 0.0
     if moe:  # every copy the experts receive goes through its expert's activation (permute: moe_permute_time)
         activation_fn = (2.0 * nf) * received * f / t
-        if model[M_SHARED_FFN] > 0.0:
-            activation_fn += (2.0 * nf) * m * model[M_SHARED_FFN] / t
+        shared_fn = (2.0 * nf) * m * model[M_SHARED_FFN] / t
+        activation_fn += shared_fn
     chains = norm_drop_res + activation_fn  # the backward moves twice as much
     if flash:
         attention_fwd = 8.0 * m * h / t
@@ -378,12 +436,24 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # own selective checkpointing, torchtitan or fms-fsdp, also a share of the rest)
     recomputed = 1.0 if rc == RC_FULL else (calib[C_SELECTIVE_SHARE] if rc == RC_SELECTIVE else 0.0)
     recomp_tp = recomputed * tp_fwd
+    module_flops = 0.0
     if rc == RC_FULL:
         recomp = fwd_gemm + fwd_elem
     elif rc == RC_SELECTIVE:
         recomp = recomputed * (fwd_gemm - f_sc - f_av + fwd_elem)
-        if not flash:  # the attention core, its scores re-materialised
+        if not flash and recomputes(calib, RM_CORE_ATTN):  # the attention core, its scores re-materialised
             recomp += f_sc + f_av + attn_elem
+        # Megatron-Core's named modules (plan.recompute_modules): their forward again before their backward
+        up_s = up_projection_forward_time(model, im, itp, lin, hbm, sms, calib) if latent else 0.0
+        norm_bytes = 4.0 * m * h * replicated * ((1.0 if moe else 0.0) + (1.0 if latent else 0.0))
+        module_s, module_tp, module_moe, module_ep = module_recompute_times(
+            calib, moe, up_s, norm_bytes, f_up + f_dn, f_shared, activation_fn - shared_fn, shared_fn, tp_fwd,
+            moe_fwd, ep_fwd, hbm)
+        recomp += module_s
+        recomp_tp += module_tp
+        moe_bwd += module_moe
+        ep_bwd += module_ep
+        module_flops = module_recompute_flops(model, calib, mb * s, latent, moe)
     else:
         recomp = 0.0
     moe_bwd += recomputed * moe_fwd  # the recomputed share of the forward's permutation
@@ -403,20 +473,24 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         cp_exposed = cp_fwd + overlapped_exposed(2.0 * fwd_ring, b_sc + b_av, calib[C_OVERLAP_SLOWDOWN])
         cp_total = 3.0 * fwd_ring
 
-    # activation memory (Korthikanti et al. 2022), per token in units of h bytes
-    attn_act = attention_activation_units(model, h, kv)
-    mlp_act = 3.0 + 2.0 * nf * f / h
-    if moe:  # the FFN activations of every copy the busiest rank receives, and the dispatched copies themselves
-        mlp_act = 3.0 + model[M_CAPACITY] * model[M_TOP_K] * calib[C_MOE_IMBALANCE] * (2.0 * nf * f / h + 2.0)
-    per_token = 4.0 + attn_act + mlp_act  # 34 for GPT
+    # activation memory (Korthikanti et al. 2022; kernels.activations), per token in units of h bytes: what the
+    # layer makes, and what the named modules of a selective recomputation discard of it
+    attn_act, attn_gone = attention_saved_units(model, h, kv, qw, calib)
+    mlp_act, mlp_gone = mlp_saved_units(model, h, f, nf, calib, calib[C_MOE_IMBALANCE])
+    per_token = 4.0 + attn_act + mlp_act + attn_gone + mlp_gone  # 34 for GPT in bf16
+    q_in = calib[C_SAVED_INPUT_BYTES] if calib[C_SAVED_INPUT_BYTES] > 0.0 else BYTES
+    # replicated over the tp ranks without sequence parallelism: the norms' inputs, the dropout masks and the
+    # attention's and the MLP's inputs (a MoE router's in 16 bits)
+    replicated_units = 6.0 + q_in + (BYTES if moe else q_in)  # 10 in bf16
     if sp:
         dense = per_token * m * h / t
     else:
-        dense = 10.0 * m * h + (per_token - 10.0) * m * h / t
+        dense = replicated_units * m * h + (per_token - replicated_units) * m * h / t
+    gone = (attn_gone + mlp_gone) * m * h / t if rc == RC_SELECTIVE else 0.0
     scores = 4.0 * mb * (a / t) * sc if flash else 5.0 * mb * (a / t) * sc * s
     # transient while one layer runs its backward: the gradients of its activations (one layer,
     # one micro-batch, the size of what it stores without recomputation), plus what it
-    # re-materialises (full: the whole layer; selective: the attention scores)
+    # re-materialises (full: the whole layer; selective: the attention scores and the named modules' outputs)
     grads = dense + scores
     if rc == RC_FULL:
         act = BYTES * m * h / (t if sp else 1.0)
@@ -424,8 +498,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     elif rc == RC_SELECTIVE:  # a stack's own selective checkpointing keeps only the input of its
         # recomputed share (as full recomputation) and re-materialises it in the backward
         share = calib[C_SELECTIVE_SHARE]
-        act = (1.0 - share) * (dense + (scores if flash else 0.0)) + share * BYTES * m * h / (t if sp else 1.0)
-        work = grads + (0.0 if flash else scores) + share * (dense + scores)
+        kept_scores = 0.0 if (not flash and recomputes(calib, RM_CORE_ATTN)) else scores
+        act = (1.0 - share) * (dense - gone + kept_scores) + share * BYTES * m * h / (t if sp else 1.0)
+        work = grads + (scores - kept_scores) + share * (dense + scores) + gone
     else:
         act = dense + scores
         work = grads
@@ -450,7 +525,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         flops_recomp = flops_fwd
     elif rc == RC_SELECTIVE:
         flops_recomp = (4.0 * mb * s * s * core_w
-                        + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * core_w))
+                        + calib[C_SELECTIVE_SHARE] * (flops_fwd - 4.0 * mb * s * s * core_w) + module_flops)
     else:
         flops_recomp = 0.0
 

@@ -92,12 +92,24 @@ C_MOE_IMBALANCE = 33  # per plan: the busiest expert-parallel rank's routed toke
 C_MOE_OP_HOST_S = 34  # common: host seconds to issue one Python-level PyTorch / Transformer Engine op of a MoE layer (moe_op_host_s in calibration.yaml)
 C_EP_A2A_OVERLAP = 35  # per plan: 1 where the expert-parallel all-to-alls run beside another micro-batch's compute (plan.overlap_moe_expert_parallel_comm)
 C_MOE_NODE_DEDUP = 36  # per plan: 1 where the dispatcher sends a token once per remote scale-up domain (plan.moe_dispatcher deepep)
-C_SIZE = 37
+C_SAVED_INPUT_BYTES = 37  # per plan: bytes per element of a linear layer's saved input under a low-precision recipe (its quantized column-wise copy); 0 in bf16 (the 16-bit input itself)
+C_RECOMPUTE_MODULES = 38  # per plan: bitmask (RM_*) of the modules Megatron-Core's selective recomputation re-runs (plan.recompute_modules); RM_CORE_ATTN by default
+C_SIZE = 39
 
 # recomputation modes
 RC_NONE = 0
 RC_SELECTIVE = 1
 RC_FULL = 2
+
+# modules of Megatron-Core's selective recomputation (plan.recompute_modules; kernels.activations), in the order of
+# RECOMPUTE_MODULES in trainscale.model.spec_fields: bit i is module i
+RM_CORE_ATTN = 1
+RM_MLA_UP_PROJ = 2
+RM_LAYERNORM = 4
+RM_MOE_ACT = 8
+RM_MLP = 16
+RM_MOE = 32
+RM_SHARED_EXPERTS = 64
 
 # per-layer cost table (seconds per micro-batch on one GPU, and bytes)
 L_FWD_GEMM = 0

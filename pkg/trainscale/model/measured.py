@@ -239,6 +239,8 @@ def _public_plan(row: Mapping) -> dict:
         plan["overlap_moe_expert_parallel_comm"] = True
     if row.get("moe_dispatcher"):  # PlanSpec refuses an unknown name with the valid ones
         plan["moe_dispatcher"] = row["moe_dispatcher"]
+    if row.get("recompute_modules"):  # Megatron-Core's named modules, comma-separated (PlanSpec checks the names)
+        plan["recompute_modules"] = row["recompute_modules"]
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

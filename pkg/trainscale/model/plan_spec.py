@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from . import catalog
 from ..common.errors import SpecError
 from .model_spec import ModelSpec
-from .spec_fields import (DEFAULT_STACK, FP8_RECIPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE_MODES, ROTARY_KERNELS,
+from .spec_fields import (DEFAULT_STACK, FP8_RECIPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ROTARY_KERNELS,
                           STACK_DEFAULT_FIELDS, STACKS, TP_RULE, _bool, _choice, _float, _given, _int, _optional_bool, _optional_choice,
                           _reject_unknown)
 from .system_spec import SystemSpec
@@ -54,6 +54,19 @@ def stack_defaults() -> dict[str, dict[str, Any]]:
                 table[stack][name] = item["value"]
         _STACK_DEFAULTS = table
     return _STACK_DEFAULTS
+
+
+def recompute_modules_text(value: Any, where: str | None = None) -> str:
+    """A plan's ``recompute_modules`` as the canonical comma-separated text: a list or a comma-separated string of
+    distinct names of ``RECOMPUTE_MODULES`` (None or empty: "", the stack's default)."""
+    if value is None or value == "" or value == []:
+        return ""
+    names = [str(v).strip() for v in (value.split(",") if isinstance(value, str) else value)] \
+        if isinstance(value, (str, list, tuple)) else None
+    if names is None or not all(n in RECOMPUTE_MODULES for n in names) or len(set(names)) != len(names):
+        raise SpecError("plan.recompute_modules", value, "expected distinct names, a list or comma-separated, of "
+                        + ", ".join(RECOMPUTE_MODULES), where)
+    return ",".join(names)
 
 
 def stack_defaults_text(indent: str = "") -> str:
@@ -202,6 +215,9 @@ class PlanSpec:
                     if name == "tp_comm_overlap":
                         value = bool(value) and bool(self.sequence_parallel)
                     object.__setattr__(self, name, value)
+        if not isinstance(self.recompute_modules, str) or "," in self.recompute_modules \
+                or self.recompute_modules not in ("",) + RECOMPUTE_MODULES:  # a list, or names to check
+            object.__setattr__(self, "recompute_modules", recompute_modules_text(self.recompute_modules))
 
     @property
     def split_ends(self) -> int:
@@ -235,6 +251,18 @@ class PlanSpec:
     flex --moe-flex-dispatcher-backend deepep``: a token crosses the scale-out network once per remote node that
     holds any of its experts, :func:`trainscale.kernels.collectives.deduplicated_alltoall_time`). Inside one scale-up
     domain the two price the same."""
+    recompute_modules: str = ""
+    """Megatron-Core's named modules of a selective recomputation (``recompute: selective``;
+    ``--recompute-modules``, ``TransformerConfig.recompute_modules``), comma-separated, of ``core_attn``,
+    ``mla_up_proj``, ``layernorm``, ``moe_act``, ``mlp``, ``moe``, ``shared_experts``. "" (the default): the stack's
+    own selective recomputation (Megatron-Core's default, ``core_attn``). What each discards and re-runs:
+    :mod:`trainscale.kernels.activations`. Megatron-Core stacks only (a stack rule)."""
+
+    @property
+    def recompute_module_mask(self) -> int:
+        """The kernels' bitmask of :attr:`recompute_modules` (bit i: module i of ``RECOMPUTE_MODULES``)."""
+        names = self.recompute_modules.split(",") if self.recompute_modules else ["core_attn"]
+        return sum(1 << RECOMPUTE_MODULES.index(name) for name in names)
 
     @property
     def expert_tp(self) -> int:
@@ -302,6 +330,7 @@ class PlanSpec:
             moe_imbalance=_float(d, "moe_imbalance", where, 1.0, minimum=1.0),
             overlap_moe_expert_parallel_comm=_bool(d, "overlap_moe_expert_parallel_comm", where, False),
             moe_dispatcher=_choice(d, "moe_dispatcher", where, "alltoall", MOE_DISPATCHERS),
+            recompute_modules=recompute_modules_text(d.get("recompute_modules"), where),
         )
         recipe = d.get("fp8_recipe") or ""
         if recipe:
@@ -313,6 +342,9 @@ class PlanSpec:
         if plan.recompute_share is not None and (plan.recompute_share > 1.0 or plan.recompute != "selective"):
             raise SpecError("plan.recompute_share", plan.recompute_share,
                             "expected a share in [0, 1] of a selective recompute (recompute: selective)", where)
+        if plan.recompute_modules and plan.recompute != "selective":
+            raise SpecError("plan.recompute_modules", plan.recompute_modules,
+                            f"needs recompute: selective (the plan's recompute is {plan.recompute})", where)
         if plan.zero > 3:
             raise SpecError("plan.zero", plan.zero, "expected a ZeRO stage 0, 1, 2 or 3", where)
         if plan.tp_comm_overlap and not plan.sequence_parallel:

@@ -15,6 +15,10 @@ from typing import Mapping
 from ..common.errors import SpecError
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+# Megatron-Core's named modules of a selective recomputation (TransformerConfig.recompute_modules; NVIDIA/Megatron-LM
+# d98e8a6 megatron/core/transformer/transformer_config.py): a plan's recompute_modules, bit i of the kernels' mask is
+# module i (trainscale.kernels.layout RM_*, trainscale.kernels.activations)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "shared_experts")
 STACKS = ("megatron", "deepspeed", "fsdp", "nemo")
 DEFAULT_STACK = "megatron"
 # Plan knobs whose default is the stack's own (data/stack_defaults.yaml): None at construction means

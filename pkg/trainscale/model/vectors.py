@@ -198,6 +198,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_PIPE_PARTITIONED] = 1.0 if stack_fixed.get("pipe_partitioned_gathers", {}).get("value", False) else 0.0
     vec[K.C_MOE_IMBALANCE] = 1.0  # balanced experts; a plan's moe_imbalance: plan_calibration_vector
     vec[K.C_MOE_OP_HOST_S] = common["moe_op_host_s"]["value"]  # used by MoE layers only
+    vec[K.C_RECOMPUTE_MODULES] = float(K.RM_CORE_ATTN)  # a selective recompute's default; a plan's: plan_calibration_vector
     return vec
 
 
@@ -230,6 +231,7 @@ def precision_slots(vec: np.ndarray, system: SystemSpec, precision: str, recipe:
     vec[K.C_CAST_BYTES] = spec["cast_bytes_per_element"]
     vec[K.C_WEIGHT_CAST_BYTES] = spec["weight_cast_bytes_per_param"]
     vec[K.C_LP_WEIGHT_BYTES] = spec["weight_copy_bytes_per_param"]
+    vec[K.C_SAVED_INPUT_BYTES] = spec["saved_input_bytes_per_element"]
 
 
 def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
@@ -237,7 +239,7 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
     own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``,
     ``tp_async_backward``, ``precision`` and ``fp8_recipe``, ``custom_pipeline_layout``, ``moe_imbalance``,
-    ``overlap_moe_expert_parallel_comm``, ``moe_dispatcher``)."""
+    ``overlap_moe_expert_parallel_comm``, ``moe_dispatcher``, ``recompute_modules``)."""
     vec = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
     if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
@@ -245,6 +247,7 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
     vec[K.C_MOE_IMBALANCE] = plan.moe_imbalance
     vec[K.C_EP_A2A_OVERLAP] = 1.0 if plan.overlap_moe_expert_parallel_comm else 0.0
     vec[K.C_MOE_NODE_DEDUP] = 1.0 if plan.moe_dispatcher == "deepep" else 0.0
+    vec[K.C_RECOMPUTE_MODULES] = float(plan.recompute_module_mask)
     return with_precision(vec, system, calibration, plan.stack, plan.precision, plan.recipe)
 
 

@@ -46,6 +46,8 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "overlap_moe_expert_parallel_comm": ("true/false", "hide the expert-parallel all-to-alls behind another "
                                          "micro-batch's pass (Megatron-Core)"),
     "moe_dispatcher": ("-", "token dispatcher of a mixture of experts: alltoall, or deepep (once per remote node)"),
+    "recompute_modules": ("-", "Megatron-Core's modules a selective recompute re-runs, comma-separated (core_attn, "
+                          "mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts)"),
 }
 
 

@@ -124,3 +124,64 @@ def test_the_rows_carry_their_release_configs_modules_and_say_where():
     assert runs["bridge260401-b200-deepseek-v3-256g-fp8-mx"].plan.recompute_modules == "mla_up_proj,mlp"
     assert perfmodel.predict(runs["bridge260401-b200-deepseek-v3-256g-fp8-mx"]).fits
     assert runs["bridge2604-gb200-deepseek-v3-256g-fp8-mx"].model.dense_layers == 3  # "mlp": these layers' MLP only
+
+
+def _oss_space(**axes):
+    from trainscale.model.grid import default_space
+
+    run = next(m.run for m in validation.public_runs() if m.run.id == RUNS["gpt-oss-120b"])
+    space = default_space(run.model, run.system, 64, 1280)
+    space.update({"tp": [1], "pp": [4], "cp": [1], "interleave": [1], "micro_batch": [1], "etp": [0],
+                  "sequence_parallel": [0], "zero": [1], "shard_group": [0], "overlap_grad_reduce": [1],
+                  "flash_attention": [1], "tp_comm_overlap": [0], **axes})
+    return run, space
+
+
+def test_search_prices_the_moe_knobs_as_predict_prices_the_plan():
+    """A search with the GPT-OSS row's modules, overlap and imbalance gives its plans those fields, at predict's step
+    time and memory; the modules lower the memory the search reports against the same search without them."""
+    from trainscale.model import planner
+    from trainscale.model.grid import plan_from_grid_entry
+    from trainscale.model.specs import RunSpec
+
+    run, space = _oss_space(ep=[8], recompute=["selective"])
+    knobs = {"recompute_modules": "layernorm,moe_act", "moe_imbalance": 1.2}
+    _, (row,) = planner.search(run.model, run.system, 64, 1280, top=1, space=space, stack="nemo", **knobs)
+    _, (plain,) = planner.search(run.model, run.system, 64, 1280, top=1, space=space, stack="nemo",
+                                 moe_imbalance=1.2)
+    assert row["plan"]["recompute_modules"] == "layernorm,moe_act" and row["plan"]["moe_imbalance"] == 1.2
+    plan = plan_from_grid_entry(row["plan"], 1280)
+    assert plan.recompute_modules == "layernorm,moe_act" and plan.moe_imbalance == 1.2
+    p = perfmodel.predict(RunSpec(id="s", model=run.model, system=run.system, plan=plan))
+    assert row["step_time_s"] == p.step_time_s and row["memory_gib_per_gpu"] == p.memory_gib_per_gpu
+    assert plain["memory_gib_per_gpu"] - row["memory_gib_per_gpu"] > 1.0
+    assert row["step_time_s"] > plain["step_time_s"]  # the norms and activations run again
+
+
+def test_a_search_with_the_ep_overlap_keeps_only_plans_its_rules_allow():
+    from trainscale.model import planner
+
+    run, space = _oss_space(ep=[1, 8], recompute=["none", "full"], interleave=[1, 3])
+    summary, rows = planner.search(run.model, run.system, 64, 1280, top=3, space=space, stack="nemo",
+                                   overlap_moe_expert_parallel_comm=True)
+    by_rule = summary.attrs["plans_by_stack_rule"]
+    assert all(by_rule[f"nemo-ep-overlap-{rule}"] > 0 for rule in ("needs-expert-parallelism",
+                                                                      "needs-interleaving-with-pipelines",
+                                                                      "without-full-recompute"))
+    assert rows and all(r["plan"]["ep"] == 8 and r["plan"]["recompute"] == "none" and r["plan"]["interleave"] == 3
+                        and r["plan"]["overlap_moe_expert_parallel_comm"] for r in rows)
+
+
+def test_the_search_command_takes_the_knobs_and_refuses_a_bad_one(capsys):
+    from trainscale.interface.cli import main
+
+    args = ["search", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--global-batch", "16",
+            "--stack", "nemo", "--fix", "tp=1", "pp=1", "cp=1", "--top", "1"]
+    assert main(args + ["--recompute-modules", "mlp", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"recompute_modules": "mlp"' in out
+    with pytest.raises(SystemExit) as exit_:
+        main(args + ["--recompute-modules", "mlp,attn"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--recompute-modules" in err and "'mlp,attn'" in err and "shared_experts" in err

@@ -308,6 +308,10 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     last_stage_layers=int(p.get("last_stage_layers", 0)),
                     embedding_in_split=bool(p.get("embedding_in_split", False)),
                     loss_in_split=bool(p.get("loss_in_split", False)),
-                    precision=p.get("precision", "bf16"), fp8_recipe=p.get("fp8_recipe", ""))
+                    precision=p.get("precision", "bf16"), fp8_recipe=p.get("fp8_recipe", ""),
+                    moe_imbalance=float(p.get("moe_imbalance", 1.0)),
+                    overlap_moe_expert_parallel_comm=bool(p.get("overlap_moe_expert_parallel_comm", False)),
+                    moe_dispatcher=p.get("moe_dispatcher", "alltoall"),
+                    recompute_modules=p.get("recompute_modules", ""))
 
 

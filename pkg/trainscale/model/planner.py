@@ -12,10 +12,26 @@ import xarray as xr
 from ..common.checks import check_float
 from .grid import _check_split_ends, default_space, plan_from_grid_entry
 from .perfmodel import predict
-from .specs import DEFAULT_STACK, ModelSpec, RunSpec, SystemSpec, resolve_model, resolve_system
-from .vectors import calibration_vector, precision_choices, with_precision
+from .specs import DEFAULT_STACK, ModelSpec, PlanSpec, RunSpec, SystemSpec, resolve_model, resolve_system
+from .vectors import calibration_vector, precision_choices, with_moe_knobs, with_precision
 
 RERANK_CANDIDATES = 32
+# the fixed MoE knobs the stack rules read (data/stack_rules.yaml)
+RULE_KNOBS = ("overlap_moe_expert_parallel_comm", "moe_dispatcher", "recompute_modules")
+MOE_DEFAULTS = {"moe_imbalance": 1.0, "overlap_moe_expert_parallel_comm": False, "moe_dispatcher": "alltoall"}
+
+
+def moe_knobs(moe_imbalance: float = 1.0, overlap_moe_expert_parallel_comm: bool = False,
+              moe_dispatcher: str = "alltoall", recompute_modules: str | Sequence[str] = "") -> dict:
+    """A search's fixed MoE and recomputation knobs, checked as a plan's (one line naming the field on bad input),
+    with the kernels' module mask."""
+    plan = PlanSpec.from_dict({"global_batch": 1, "dp": 1, "recompute": "selective", "moe_imbalance": moe_imbalance,
+                               "overlap_moe_expert_parallel_comm": overlap_moe_expert_parallel_comm,
+                               "moe_dispatcher": moe_dispatcher, "recompute_modules": recompute_modules})
+    return {"moe_imbalance": plan.moe_imbalance,
+            "overlap_moe_expert_parallel_comm": plan.overlap_moe_expert_parallel_comm,
+            "moe_dispatcher": plan.moe_dispatcher, "recompute_modules": plan.recompute_modules,
+            "recompute_module_mask": plan.recompute_module_mask}
 
 
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
@@ -24,7 +40,9 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            recompute_share: float | None = None, rotary_kernel: str = "",
            tp_async_backward: bool | None = None, split_ends: int = 0,
            allow_unrunnable: bool = False, precision: str | Sequence[str] = "bf16",
-           fp8_recipe: str = "") -> tuple[xr.Dataset, list[dict]]:
+           fp8_recipe: str = "", moe_imbalance: float = 1.0, overlap_moe_expert_parallel_comm: bool = False,
+           moe_dispatcher: str = "alltoall", recompute_modules: str | Sequence[str] = "",
+           ) -> tuple[xr.Dataset, list[dict]]:
     """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
     The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
@@ -50,6 +68,11 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     rows' plans; a format the system has no tensor cores for is refused (:func:`precision_choices`). Several
     formats (a sequence, or ``"bf16,fp8"``) are searched one after the other and ranked together: the ``top``
     fastest rows of all, the summary's counts the sums (``summary.attrs['precision']`` lists them).
+
+    ``moe_imbalance``, ``overlap_moe_expert_parallel_comm`` and ``moe_dispatcher`` (a mixture of experts) and
+    ``recompute_modules`` (Megatron-Core's named modules, on the plans that recompute selectively) are fixed plan
+    fields of every plan searched, priced as :func:`predict` prices them; the stack rules see them (the EP
+    all-to-all overlap needs ep > 1, so with it on a search keeps only the plans with expert parallelism).
     """
     from .confidence import plan_confidence
     from .searchspace import (CandidateStream, distinct_plans, fold_equal_plans, merge_summaries, scan_space,
@@ -61,23 +84,29 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     if len(choices) > 1:
         found = [search(model, system, gpus, global_batch, top, space, calibration, rerank, stack, progress,
                         compiled, grad_reduce_fp32, recompute_share, rotary_kernel, tp_async_backward, split_ends,
-                        allow_unrunnable, precision=p, fp8_recipe=r) for p, r in choices]
+                        allow_unrunnable, precision=p, fp8_recipe=r, moe_imbalance=moe_imbalance,
+                        overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
+                        moe_dispatcher=moe_dispatcher, recompute_modules=recompute_modules) for p, r in choices]
         rows = sorted((row for _, ranked in found for row in ranked), key=lambda row: row["step_time_s"])
         return merge_summaries([summary for summary, _ in found]), rows[:top]
     ((precision, recipe),) = choices
     space = dict(space or default_space(model, system, gpus, global_batch))
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
+    moe = moe_knobs(moe_imbalance, overlap_moe_expert_parallel_comm, moe_dispatcher, recompute_modules)
     calib = with_precision(calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32,
                                               recompute_share, rotary_kernel, tp_async_backward),
                            system, calibration, stack, precision, recipe)
+    with_moe_knobs(calib, moe["moe_imbalance"], moe["overlap_moe_expert_parallel_comm"], moe["moe_dispatcher"],
+                   moe["recompute_module_mask"])
     _check_split_ends(split_ends)
     prices = scan_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends,
-                        stack_rules=None if allow_unrunnable else stack, fixed={"compiled": bool(compiled)})
+                        stack_rules=None if allow_unrunnable else stack,
+                        fixed={"compiled": bool(compiled), **{k: moe[k] for k in RULE_KNOBS}})
     fixed = {"stack": stack, "allow_unrunnable": bool(allow_unrunnable), "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
              "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
              "recompute_share": recompute_share, "split_ends": int(split_ends), "precision": precision,
-             "fp8_recipe": recipe}
+             "fp8_recipe": recipe, **moe}
     stream = CandidateStream(distinct_plans(prices))
     priced, rows = [], []
     count = max(top, rerank)
@@ -106,6 +135,9 @@ def _reprice(entry: dict, model: ModelSpec, system: SystemSpec, global_batch: in
         plan["tp_async_backward"] = bool(fixed["tp_async_backward"])
     if fixed["recompute_share"] is not None and plan["recompute"] == "selective":
         plan["recompute_share"] = float(fixed["recompute_share"])
+    plan.update({k: v for k, v in fixed.items() if k in MOE_DEFAULTS and v != MOE_DEFAULTS[k]})  # given ones only
+    if fixed["recompute_modules"] and plan["recompute"] == "selective":
+        plan["recompute_modules"] = fixed["recompute_modules"]
     if fixed["split_ends"] and plan["pp"] > 1:
         plan["embedding_in_split"] = bool(fixed["split_ends"] & 1)
         plan["loss_in_split"] = bool(fixed["split_ends"] & 2)

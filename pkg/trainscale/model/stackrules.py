@@ -140,12 +140,16 @@ def rules() -> dict[str, tuple[Rule, ...]]:
 
 def effective_fields(plan: Mapping) -> dict:
     """A plan's fields as the model prices them (scalars or broadcastable arrays): TP overlap only with
-    sequence parallelism and tp > 1, sequence parallelism only with tp > 1, per-tensor fetches only under ZeRO-3."""
+    sequence parallelism and tp > 1, sequence parallelism only with tp > 1, per-tensor fetches only under ZeRO-3,
+    named recompute modules only on a selective recompute."""
     p = dict(plan)
     tp_split = np.asarray(p.get("tp", 1)) > 1
     p["sequence_parallel"] = np.logical_and(p.get("sequence_parallel", False), tp_split)
     p["tp_comm_overlap"] = np.logical_and(p.get("tp_comm_overlap", False), p["sequence_parallel"])
     p["zero3_per_tensor"] = np.logical_and(p.get("zero3_per_tensor", False), np.asarray(p.get("zero", 0)) == 3)
+    if p.get("recompute_modules"):  # named modules only where the plan recomputes selectively
+        p["recompute_modules"] = np.where(np.asarray(p.get("recompute", "full")) == "selective",
+                                          p["recompute_modules"], "")
     return p
 
 

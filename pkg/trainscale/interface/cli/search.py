@@ -11,8 +11,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import yaml
 
+from ...model.spec_fields import MOE_DISPATCHERS
 from ...model.specs import ROTARY_KERNELS
-from .shared import CLIError, _bounded_int, _dump_json, _positive_int, _progress, _share, _spec_arg, _table, _warn
+from .shared import (CLIError, _bounded_int, _dump_json, _imbalance, _positive_int, _progress, _share, _spec_arg,
+                     _recompute_modules, _table, _warn)
 
 TOP_MAX = 1000  # `search --top`: plans re-priced by simulation and printed
 
@@ -86,7 +88,9 @@ def _search_options(args) -> dict:
     return {"stack": args.stack, "compiled": args.compiled, "grad_reduce_fp32": args.grad_reduce_fp32,
             "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
             "tp_async_backward": _on_off(args.tp_async_backward), "split_ends": SPLIT_ENDS[args.split_ends],
-            "allow_unrunnable": args.allow_unrunnable, "precision": args.precision, "fp8_recipe": args.fp8_recipe}
+            "allow_unrunnable": args.allow_unrunnable, "precision": args.precision, "fp8_recipe": args.fp8_recipe,
+            "moe_imbalance": args.moe_imbalance, "overlap_moe_expert_parallel_comm": args.ep_overlap,
+            "moe_dispatcher": args.moe_dispatcher, "recompute_modules": args.recompute_modules}
 
 
 def _precisions(args, system) -> list[tuple[str, str]]:
@@ -102,6 +106,15 @@ def _precision_text(choices: Sequence[tuple[str, str]]) -> str:
     """``precision fp8 (recipe current)``; several: ``precisions bf16, fp8 (recipe current), ranked together``."""
     names = ", ".join(p if p == "bf16" else f"{p} (recipe {r})" for p, r in choices)
     return f"precision {names}" if len(choices) == 1 else f"precisions {names}, ranked together"
+
+
+def _knob_text(args) -> str:
+    """The search-wide MoE and recomputation knobs that differ from their defaults, for the header."""
+    parts = ([f"moe imbalance {args.moe_imbalance:g}"] if args.moe_imbalance != 1.0 else []) \
+        + (["EP all-to-all overlap"] if args.ep_overlap else []) \
+        + ([f"{args.moe_dispatcher} dispatcher"] if args.moe_dispatcher != "alltoall" else []) \
+        + ([f"selective plans recompute {args.recompute_modules}"] if args.recompute_modules else [])
+    return "".join(f"; {p}" for p in parts)
 
 
 def cmd_search(args) -> int:
@@ -129,13 +142,15 @@ def cmd_search(args) -> int:
                     "recompute_share": args.recompute_share, "rotary_kernel": args.rotary_kernel,
                     "tp_async_backward": _on_off(args.tp_async_backward),
                     "precision": [p for p, _ in precisions], "fp8_recipe": {p: r for p, r in precisions},
+                    "moe_imbalance": args.moe_imbalance, "overlap_moe_expert_parallel_comm": args.ep_overlap,
+                    "moe_dispatcher": args.moe_dispatcher, "recompute_modules": args.recompute_modules,
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1), **counts, "best": best,
                     **({} if best else {"reason": _no_plan_reason(summary, args)})})
         return 0
     print(f"{model.name} on {args.gpus} GPUs of {system.name}, global batch {args.global_batch} sequences, "
           f"stack {args.stack}" + ("" if args.stack != "megatron" else " (the default; --stack picks another)")
-          + f"; {_precision_text(precisions)}")
+          + f"; {_precision_text(precisions)}" + _knob_text(args))
     print(f"plans evaluated: {counts['plans_evaluated']}, feasible: {counts['plans_feasible']} "
           f"(priced: {counts['plans_priced']}, the rest structurally invalid; --space lists the space); "
           f"the {args.stack} stack does not run {counts['plans_unrunnable']} of the priced plans "
@@ -360,6 +375,19 @@ def _add_search_arguments(p, gpus_type, gpus_help: str, space_help: str) -> None
     p.add_argument("--fp8-recipe", default="", metavar="RECIPE",
                    help="scaling recipe of the low precision, as predict's plan.fp8_recipe: fp8 current (default), "
                         "delayed or blockwise; mxfp8 mxfp8; nvfp4 nvfp4")
+    p.add_argument("--moe-imbalance", type=_imbalance, default=1.0, metavar="RATIO",
+                   help="mixture of experts: routed tokens of the busiest expert-parallel rank over the mean, as "
+                        "predict's plan.moe_imbalance (default 1: balanced)")
+    p.add_argument("--ep-overlap", action="store_true",
+                   help="mixture of experts: hide the expert-parallel all-to-alls behind another micro-batch's pass "
+                        "(Megatron-Core's --overlap-moe-expert-parallel-comm; its stack rules keep only the plans "
+                        "with ep > 1, interleaving where pp > 1 and no full recompute)")
+    p.add_argument("--moe-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
+                   help="mixture of experts: token dispatcher, alltoall (default) or deepep (once per remote node)")
+    p.add_argument("--recompute-modules", default="", metavar="NAMES", type=_recompute_modules,
+                   help="Megatron-Core's modules a selective recompute re-runs, comma-separated, as predict's "
+                        "plan.recompute_modules (core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, "
+                        "shared_experts; default: the stack's, core_attn); applies to the selective plans")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

@@ -139,6 +139,27 @@ def _share(text: str) -> float:
     return value
 
 
+def _imbalance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a ratio >= 1, got {text!r}") from None
+    if not value >= 1.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a ratio >= 1 (1: balanced), got {text!r}")
+    return value
+
+
+def _recompute_modules(text: str) -> str:
+    from ...model.plan_spec import recompute_modules_text
+    from ...common.errors import SpecError
+
+    try:
+        return recompute_modules_text(text)
+    except SpecError:
+        raise argparse.ArgumentTypeError(f"expected distinct names, comma-separated, of core_attn, mla_up_proj, "
+                                         f"layernorm, moe_act, mlp, moe, shared_experts; got {text!r}") from None
+
+
 def _bounded_int(maximum: int):
     def parse(text: str) -> int:
         value = _positive_int(text)

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +76,40 @@ def test_sync_sets_the_date_that_makes_snakemake_rerun_only_stale_outputs(tmp_pa
     assert wo.sync_fingerprint(path, fingerprint, committed) is True and path.stat().st_mtime > 0
     assert wo.sync_fingerprint(path, {**fingerprint, "sha256": "old"}, committed) is False
     assert json.loads(path.read_text())["sha256"] == "old" and path.stat().st_mtime == 0
+
+
+def test_a_failed_study_stays_stale_though_snakemake_touches_its_outputs(tmp_path):
+    """Snakemake touches a failed job's update() outputs (kept, never deleted: the committed figures), so they
+    are newer than a stale fingerprint written before the job, and records them as made from its content (input
+    checksums, which outweigh dates); the next parse dates the fingerprint now again and forgets those records, and
+    Snakemake reruns the study instead of taking the untouched figures for current (as on 2026-12-07: a
+    curtailment run that failed left its figures a fingerprint behind, and `snakemake -n` said nothing to do)."""
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "Snakefile").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(wo.__file__.rsplit('/trainscale/', 1)[0])!r})\n"
+        "from trainscale.interface import workflow_outputs as wo\n"
+        "if wo.sync_fingerprint('fp.json', {'sha256': 'new'}, 'figures/inputs.json'):\n"
+        "    wo.forget_recorded_outputs(['figures/out.txt'])\n"
+        "rule study:\n"
+        "    input: 'fp.json'\n"
+        "    output: update('figures/out.txt')\n"
+        "    shell: 'exit 1'\n")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "out.txt").write_text("committed\n")
+    (tmp_path / "figures" / "inputs.json").write_text(json.dumps({"sha256": "old"}))
+    snakemake = [str(Path(sys.executable).parent / "snakemake"), "--cores", "1", "--keep-incomplete",
+                 "--rerun-incomplete", "figures/out.txt"]
+    first = subprocess.run(snakemake, cwd=tmp_path, capture_output=True, text=True)
+    assert first.returncode != 0  # the study fails
+    assert (tmp_path / "figures" / "out.txt").read_text() == "committed\n"  # kept
+    assert (tmp_path / "figures" / "out.txt").stat().st_mtime > (tmp_path / "fp.json").stat().st_mtime - 1
+    time.sleep(0.01)
+    dry = subprocess.run(snakemake + ["-n"], cwd=tmp_path, capture_output=True, text=True)
+    assert dry.returncode == 0 and "Nothing to be done" not in dry.stdout + dry.stderr, dry.stdout[-2000:]
 
 
 def test_install_moves_everything_or_nothing(tmp_path):

@@ -65,9 +65,13 @@ def sync_study_fingerprint(study):
         REPO_ROOT, files, study_config(study.name)
     )
     committed = f"{study_dir(study.name)}/{workflow_outputs.FINGERPRINT_FILE}"
-    workflow_outputs.sync_fingerprint(
+    stale = workflow_outputs.sync_fingerprint(
         fingerprint_file(study.name), fingerprint, committed
     )
+    if stale:  # a failed run's kept outputs are on record as made from this fingerprint: forget them
+        workflow_outputs.forget_recorded_outputs(
+            [f"{study_dir(study.name)}/{name}" for name in study_output_names(study)]
+        )
 
 
 def study_notebook(study):

@@ -24,6 +24,7 @@ the committed one (the outputs are current: nothing to do, also on a fresh clone
 from __future__ import annotations
 
 import ast
+import base64
 import hashlib
 import json
 import os
@@ -161,7 +162,9 @@ def is_current(fingerprint: Mapping, committed: str | os.PathLike) -> bool:
 
 def sync_fingerprint(path: str | os.PathLike, fingerprint: Mapping, committed: str | os.PathLike) -> bool:
     """Write ``fingerprint`` to ``path`` if its content differs, and set its modification time: 0 where the
-    committed outputs were made from it (not stale), now where they were not (stale). Returns stale."""
+    committed outputs were made from it (not stale), now where they were not (stale), at every call: Snakemake
+    touches the ``update()`` outputs of a failed job, so a stale fingerprint dated once would look older than the
+    outputs it never made, and the next run would skip the study. Returns stale."""
     path = Path(path)
     stale = not is_current(fingerprint, committed)
     text = _text(fingerprint)
@@ -172,12 +175,30 @@ def sync_fingerprint(path: str | os.PathLike, fingerprint: Mapping, committed: s
         os.replace(tmp, path)
         if not stale:
             os.utime(path, (0, 0))
-    elif stale and path.stat().st_mtime == 0:
+    elif stale:
         now = time.time()
         os.utime(path, (now, now))
     elif not stale and path.stat().st_mtime != 0:
         os.utime(path, (0, 0))
     return stale
+
+
+def forget_recorded_outputs(paths: Sequence[str], snakemake_dir: str | os.PathLike = ".snakemake") -> list[Path]:
+    """Delete Snakemake's metadata records of ``paths`` (outputs of a stale study): the records it keeps in
+    ``.snakemake/metadata`` (file persistence, one file per output named by its urlsafe base64, split into
+    254-character parts; snakemake/persistence/file.py ``_record_path``) hold the input checksums of the last
+    job, and Snakemake reruns nothing whose input checksums match, however new the input; a failed job's kept
+    outputs are recorded so too. Without them the fingerprint's date decides. Returns the records deleted."""
+    deleted = []
+    metadata = Path(snakemake_dir) / "metadata"
+    for path in paths:
+        b64 = base64.urlsafe_b64encode(str(path).encode()).decode()
+        parts = [b64[i:i + 254] for i in range(0, len(b64), 254)]
+        record = metadata.joinpath(*(["@" + part for part in parts[:-1]] + [parts[-1]]))
+        if record.is_file():
+            record.unlink()
+            deleted.append(record)
+    return deleted
 
 
 def install(staging: str | os.PathLike, destination: str | os.PathLike, names: Sequence[str]) -> list[Path]:

@@ -68,7 +68,8 @@ def sync_study_fingerprint(study):
     stale = workflow_outputs.sync_fingerprint(
         fingerprint_file(study.name), fingerprint, committed
     )
-    if stale:  # a failed run's kept outputs are on record as made from this fingerprint: forget them
+    # a failed run's kept outputs are on record as made from this fingerprint: forget them
+    if stale:
         workflow_outputs.forget_recorded_outputs(
             [f"{study_dir(study.name)}/{name}" for name in study_output_names(study)]
         )

@@ -175,7 +175,7 @@ def test_imbalance_sweep_only_slows(imbalance, ep):
     assert skewed.memory_gib_per_gpu >= balanced.memory_gib_per_gpu
     lc1, _ = _costs(_model(), ep=ep)
     lci, _ = _costs(_model(), ep=ep, imbalance=imbalance)
-    assert lci[K.L_FWD_GEMM] >= lc1[K.L_FWD_GEMM]
+    assert lci[K.L_FWD_GEMM] >= lc1[K.L_FWD_GEMM] * (1 - 1e-12)  # equal rows can sum 1 ulp apart (hypothesis found it)
 
 
 def test_imbalance_below_one_is_refused():

@@ -185,3 +185,10 @@ def test_the_search_command_takes_the_knobs_and_refuses_a_bad_one(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--recompute-modules" in err and "'mlp,attn'" in err and "shared_experts" in err
+
+
+def test_the_kernels_bits_are_the_vocabularys_order():
+    from trainscale.model.spec_fields import RECOMPUTE_MODULES
+
+    assert [getattr(K, f"RM_{name.upper()}") for name in RECOMPUTE_MODULES] == [1 << i for i in
+                                                                              range(len(RECOMPUTE_MODULES))]

@@ -60,13 +60,8 @@ def qkv_projection_flops(model, tokens, qw, kv):
     h = model[M_HIDDEN]
     if not is_latent_attention(model):
         return 2.0 * tokens * h * (qw + 2.0 * kv)
-    a = model[M_HEADS]
-    q_lora = model[M_Q_LORA]
-    kv_lora = model[M_KV_LORA]
-    d_qk = model[M_QK_HEAD] + model[M_QK_POS]
-    query = h * q_lora + q_lora * a * d_qk if q_lora > 0.0 else h * a * d_qk
-    keys_values = h * (kv_lora + model[M_QK_POS]) + kv_lora * a * (model[M_QK_HEAD] + model[M_V_HEAD])
-    return 2.0 * tokens * (query + keys_values)
+    down = h * model[M_Q_LORA] + h * (model[M_KV_LORA] + model[M_QK_POS])  # no query latent: h * 0
+    return 2.0 * tokens * down + up_projection_flops(model, tokens)
 
 
 @njit(cache=True)
@@ -77,35 +72,30 @@ def qkv_projection_time(model, m, tp, sp, qw, kv, peak, hbm_bw, sms, calib):
     one = np.int64(1)
     if not is_latent_attention(model):
         return gemm_fwd_bwd_time(m, (int(qw) + 2 * int(kv)) // tp, h, one, peak, hbm_bw, sms, calib)
-    a = int(model[M_HEADS])
     q_lora = int(model[M_Q_LORA])
-    kv_lora = int(model[M_KV_LORA])
-    d_qk = int(model[M_QK_HEAD] + model[M_QK_POS])
     rows_down = m // tp if sp else m  # duplicated down projections, on the sequence shard where there is one
+    f_qd, b_qd = 0.0, 0.0
     if q_lora > 0:
         f_qd, b_qd = gemm_fwd_bwd_time(rows_down, q_lora, h, one, peak, hbm_bw, sms, calib)
-        f_qu, b_qu = gemm_fwd_bwd_time(m, a * d_qk // tp, q_lora, one, peak, hbm_bw, sms, calib)
-    else:
-        f_qd, b_qd = 0.0, 0.0
-        f_qu, b_qu = gemm_fwd_bwd_time(m, a * d_qk // tp, h, one, peak, hbm_bw, sms, calib)
-    f_kd, b_kd = gemm_fwd_bwd_time(rows_down, kv_lora + int(model[M_QK_POS]), h, one, peak, hbm_bw, sms, calib)
-    up = a * int(model[M_QK_HEAD] + model[M_V_HEAD]) // tp
-    f_ku, b_ku = gemm_fwd_bwd_time(m, up, kv_lora, one, peak, hbm_bw, sms, calib)
-    return f_qd + f_qu + f_kd + f_ku, b_qd + b_qu + b_kd + b_ku
+    f_kd, b_kd = gemm_fwd_bwd_time(rows_down, int(model[M_KV_LORA] + model[M_QK_POS]), h, one, peak, hbm_bw, sms,
+                                   calib)
+    f_up, b_up = up_projection_time(model, m, tp, peak, hbm_bw, sms, calib)
+    return f_qd + f_kd + f_up, b_qd + b_kd + b_up
 
 
 @njit(cache=True)
-def up_projection_forward_time(model, m, tp, peak, hbm_bw, sms, calib):
-    """Forward seconds of latent attention's two up projections on one GPU for ``m`` tokens (what Megatron-Core's
-    ``recompute_modules=["mla_up_proj"]`` re-runs in the backward; :mod:`trainscale.kernels.activations`)."""
+def up_projection_time(model, m, tp, peak, hbm_bw, sms, calib):
+    """(forward, backward) seconds of latent attention's two column-parallel up projections on one GPU for ``m``
+    tokens, from the query latent (or the hidden state where there is none) and the key-value latent; their forward
+    is what Megatron-Core's ``recompute_modules=["mla_up_proj"]`` re-runs (:mod:`trainscale.kernels.activations`)."""
     one = np.int64(1)
     a = int(model[M_HEADS])
     q_in = int(model[M_Q_LORA]) if model[M_Q_LORA] > 0.0 else int(model[M_HIDDEN])
     d_qk = int(model[M_QK_HEAD] + model[M_QK_POS])
-    f_qu, _ = gemm_fwd_bwd_time(m, a * d_qk // tp, q_in, one, peak, hbm_bw, sms, calib)
+    f_qu, b_qu = gemm_fwd_bwd_time(m, a * d_qk // tp, q_in, one, peak, hbm_bw, sms, calib)
     up = a * int(model[M_QK_HEAD] + model[M_V_HEAD]) // tp
-    f_ku, _ = gemm_fwd_bwd_time(m, up, int(model[M_KV_LORA]), one, peak, hbm_bw, sms, calib)
-    return f_qu + f_ku
+    f_ku, b_ku = gemm_fwd_bwd_time(m, up, int(model[M_KV_LORA]), one, peak, hbm_bw, sms, calib)
+    return f_qu + f_ku, b_qu + b_ku
 
 
 @njit(cache=True)

@@ -33,17 +33,17 @@ from numba import njit
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
 from .collectives import BYTES, allgather_time, allreduce_time, out_link, overlapped_exposed
-from .activations import attention_saved_units, mlp_saved_units, recomputes
+from .activations import attention_saved_units, mlp_saved_units, recomputes, saved_input_bytes
 from .attention import (
     attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops, qkv_projection_time,
-    rotary_widths, up_projection_flops, up_projection_forward_time,
+    rotary_widths, up_projection_flops, up_projection_time,
 )
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_KERNEL_S, C_LAYER_HOST_S,
     C_LINEAR_SPEEDUP, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS, C_MOE_IMBALANCE, C_MOE_OP_HOST_S,
     C_NET_EFF, C_OVERLAP_SLOWDOWN, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_SELECTIVE_SHARE, C_SP_LAYOUT_COPY,
-    C_SAVED_INPUT_BYTES, C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
+    C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
     L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE, L_FWD_MOE_HOST,
     L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP, L_RECOMP_TP, L_TP_TOTAL, L_WORK_BYTES,
     M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_PARAMS_LAYER, M_ROTARY,
@@ -444,7 +444,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         if not flash and recomputes(calib, RM_CORE_ATTN):  # the attention core, its scores re-materialised
             recomp += f_sc + f_av + attn_elem
         # Megatron-Core's named modules (plan.recompute_modules): their forward again before their backward
-        up_s = up_projection_forward_time(model, im, itp, lin, hbm, sms, calib) if latent else 0.0
+        up_s = up_projection_time(model, im, itp, lin, hbm, sms, calib)[0] if latent else 0.0
         norm_bytes = 4.0 * m * h * replicated * ((1.0 if moe else 0.0) + (1.0 if latent else 0.0))
         module_s, module_tp, module_moe, module_ep = module_recompute_times(
             calib, moe, up_s, norm_bytes, f_up + f_dn, f_shared, activation_fn - shared_fn, shared_fn, tp_fwd,
@@ -478,7 +478,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     attn_act, attn_gone = attention_saved_units(model, h, kv, qw, calib)
     mlp_act, mlp_gone = mlp_saved_units(model, h, f, nf, calib, calib[C_MOE_IMBALANCE])
     per_token = 4.0 + attn_act + mlp_act + attn_gone + mlp_gone  # 34 for GPT in bf16
-    q_in = calib[C_SAVED_INPUT_BYTES] if calib[C_SAVED_INPUT_BYTES] > 0.0 else BYTES
+    q_in, _ = saved_input_bytes(calib)
     # replicated over the tp ranks without sequence parallelism: the norms' inputs, the dropout masks and the
     # attention's and the MLP's inputs (a MoE router's in 16 bits)
     replicated_units = 6.0 + q_in + (BYTES if moe else q_in)  # 10 in bf16

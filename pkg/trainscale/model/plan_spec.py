@@ -215,9 +215,7 @@ class PlanSpec:
                     if name == "tp_comm_overlap":
                         value = bool(value) and bool(self.sequence_parallel)
                     object.__setattr__(self, name, value)
-        if not isinstance(self.recompute_modules, str) or "," in self.recompute_modules \
-                or self.recompute_modules not in ("",) + RECOMPUTE_MODULES:  # a list, or names to check
-            object.__setattr__(self, "recompute_modules", recompute_modules_text(self.recompute_modules))
+        object.__setattr__(self, "recompute_modules", recompute_modules_text(self.recompute_modules))
 
     @property
     def split_ends(self) -> int:

@@ -5,6 +5,7 @@ with their pipelines simulated, folded where equal, and each carries its confide
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Sequence
 
 import xarray as xr
@@ -18,7 +19,8 @@ from .vectors import calibration_vector, precision_choices, with_moe_knobs, with
 RERANK_CANDIDATES = 32
 # the fixed MoE knobs the stack rules read (data/stack_rules.yaml)
 RULE_KNOBS = ("overlap_moe_expert_parallel_comm", "moe_dispatcher", "recompute_modules")
-MOE_DEFAULTS = {"moe_imbalance": 1.0, "overlap_moe_expert_parallel_comm": False, "moe_dispatcher": "alltoall"}
+MOE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PlanSpec)
+                if f.name in ("moe_imbalance", "overlap_moe_expert_parallel_comm", "moe_dispatcher")}
 
 
 def moe_knobs(moe_imbalance: float = 1.0, overlap_moe_expert_parallel_comm: bool = False,

@@ -150,14 +150,15 @@ def _imbalance(text: str) -> float:
 
 
 def _recompute_modules(text: str) -> str:
-    from ...model.plan_spec import recompute_modules_text
     from ...common.errors import SpecError
+    from ...model.plan_spec import recompute_modules_text
+    from ...model.spec_fields import RECOMPUTE_MODULES
 
     try:
         return recompute_modules_text(text)
     except SpecError:
-        raise argparse.ArgumentTypeError(f"expected distinct names, comma-separated, of core_attn, mla_up_proj, "
-                                         f"layernorm, moe_act, mlp, moe, shared_experts; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected distinct names, comma-separated, of {', '.join(RECOMPUTE_MODULES)}; "
+                                         f"got {text!r}") from None
 
 
 def _bounded_int(maximum: int):

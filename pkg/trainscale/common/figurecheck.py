@@ -1,6 +1,7 @@
 """Is a figure drawn honestly from its data? Checks on a drawn matplotlib Figure, one line per problem.
 
-:func:`figure_problems` draws the figure on an Agg canvas in memory and inspects what its axes hold:
+:func:`figure_problems` lays the figure out on an Agg canvas in memory (matplotlib's draw without rasterizing) and
+inspects what its axes hold:
 
 * **values**: no infinite or absurd (``|v| > ABSURD``) value handed to an axes (a diverged run drawn as 7.7e304
   empties its panel), and no series that draws nothing (all NaN);
@@ -62,17 +63,21 @@ def guide(*artists):
     return artists[0] if artists else None
 
 
-def figure_problems(fig, name: str = "figure", dpi: int = 150) -> list[str]:
-    """Every problem of a drawn figure, one line each, prefixed with ``name`` and the panel's title; drawn at the
-    ``dpi`` it is saved at (text grows a little faster than the figure with the dpi)."""
+def figure_problems(fig, name: str = "figure", dpi: int = 150, drawn: bool = False) -> list[str]:
+    """Every problem of a drawn figure, one line each, prefixed with ``name`` and the panel's title; laid out at the
+    ``dpi`` it is saved at (text grows a little faster than the figure with the dpi). ``drawn``: the figure was just
+    drawn at that dpi on its Agg canvas (:func:`render_png`, as :func:`trainscale.common.io.save_figure` draws it),
+    so it is read as drawn, not laid out again (a constrained layout moves a little at each pass)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
+        drawn = False
     shown_dpi = fig.dpi
     fig.set_dpi(dpi)
     try:
-        fig.canvas.draw()
+        if not drawn:
+            fig.draw_without_rendering()  # the layout and every artist's place, without rasterizing
         return _problems(fig, fig.canvas.get_renderer(), name)
     finally:
         fig.set_dpi(shown_dpi)

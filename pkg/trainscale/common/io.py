@@ -242,18 +242,25 @@ def read_dataset(path: str | os.PathLike) -> xr.Dataset:
         return ds.load()
 
 
-def save_figure(fig, path: str | os.PathLike, dpi: int = 150) -> Path:
+def save_figure(fig, path: str | os.PathLike, dpi: int = 150, after_draw=None) -> Path:
     """Save a matplotlib figure as PNG at ``path``, atomically and byte-reproducibly; close it.
 
     The ``Software`` metadata (the matplotlib version) is dropped so that identical figures give
-    identical bytes. Parent folders are created. Returns the path.
+    identical bytes (:func:`trainscale.common.figurecheck.render_png`, drawn in memory). ``after_draw(fig)``, if
+    given, runs on the figure as drawn for the file, before the file is written (a check that reads the drawn
+    figure without drawing it again). Parent folders are created. Returns the path.
     """
     import matplotlib.pyplot as plt
 
+    from .figurecheck import render_png
+
     try:
+        png = render_png(fig, dpi)
+        if after_draw is not None:
+            after_draw(fig)
         path, tmp = _atomic_target(path)
         try:
-            fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
+            tmp.write_bytes(png)
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)

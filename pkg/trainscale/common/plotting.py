@@ -62,16 +62,19 @@ def label(da, default: str | None = None) -> str:
 
 
 def save_and_show(fig, path):
-    """Save ``fig`` with :func:`trainscale.common.io.save_figure` (byte-reproducible, closed) after printing each problem
-    :func:`trainscale.common.figurecheck.figure_problems` finds in it, and show the saved PNG in a notebook."""
+    """Save ``fig`` with :func:`trainscale.common.io.save_figure` (byte-reproducible, closed), printing each problem
+    :func:`trainscale.common.figurecheck.figure_problems` finds in it as drawn for the file, and show the saved PNG in
+    a notebook."""
     from pathlib import Path
 
     from . import figurecheck
     from . import io as tsio
 
-    for problem in figurecheck.figure_problems(fig, Path(path).name):
-        print(f"figure check: {problem}")
-    path = tsio.save_figure(fig, path)
+    def report(drawn):
+        for problem in figurecheck.figure_problems(drawn, Path(path).name, drawn=True):
+            print(f"figure check: {problem}")
+
+    path = tsio.save_figure(fig, path, after_draw=report)
     try:
         from IPython.display import Image, display
     except ImportError:  # not in IPython: the file is the figure

@@ -168,8 +168,8 @@ def check_figures(study: str, figures_dir: str | Path = "figures") -> list[str]:
                 problems.append(f"{name}: drawing it from {folder} failed: {type(err).__name__}: {err}")
                 continue
             try:
-                problems += figurecheck.figure_problems(fig, name)
-                png = figurecheck.render_png(fig)
+                png = figurecheck.render_png(fig)  # drawn once, as save_figure draws it, then read as drawn
+                problems += figurecheck.figure_problems(fig, name, drawn=True)
             finally:
                 plt.close(fig)
         committed = folder / name

@@ -23,9 +23,6 @@ VENV_BIN = $(abspath $(VENV))/bin
 STAMP    = $(VENV)/.installed
 LAB_STAMP = $(VENV)/.lab-installed
 DOCS_STAMP = $(VENV)/.docs-installed
-# pip leaves byte-compiling to the first import (Python writes each module's __pycache__ then): byte-compiling every
-# file of every package at install took half of pip's time on 2 cores (54 s -> 30 s with --no-compile)
-PIP_FLAGS ?= --no-compile
 
 # The Numba cache: the package decides (trainscale.kernels.cache_base: NUMBA_CACHE_DIR if set, else .numba_cache/
 # of this checkout), so make, an activated venv, JupyterLab, papermill and SLURM jobs share what setup compiles.
@@ -51,8 +48,8 @@ $(STAMP): requirements.txt pyproject.toml
 	  exit 1; }
 	test -x $(PY) || $(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements.txt
-	$(PY) -m pip install $(PIP_FLAGS) -e .
+	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3
 	@echo "compiling the Numba kernels into $$($(PY) -c 'import trainscale.kernels as k; print(k.cache_base())') (once; a first predict or search then answers in seconds)"
 	@# predict and search compile side by side, one process each (the Numba cache takes concurrent writers:
@@ -99,7 +96,7 @@ gallery: $(STAMP)
 	$(VENV)/bin/trainscale gallery --write README.md
 
 $(DOCS_STAMP): requirements-docs.txt $(STAMP)
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements-docs.txt
+	$(PY) -m pip install -r requirements-docs.txt
 	touch $@
 
 # Built in a temporary folder, moved into results/docs/html only when Sphinx reports no warning; then every page
@@ -112,7 +109,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 $(LAB_STAMP): requirements-lab.txt $(STAMP)
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements-lab.txt
+	$(PY) -m pip install -r requirements-lab.txt
 	touch $@
 
 # Inline plots in the lab (no Agg); --allow-root only where it must (root in a container).

@@ -7,7 +7,7 @@
 #   make figures-quick  the same with small grids (what CI runs)
 #   make sweeps         the plan and notebook sweeps of config/config.yaml (results/full/sweeps/)
 #   make unlock         release the workflow's lock after a killed run (snakemake --unlock; safe when none runs)
-#   make verify         check every study's paper comparison on the committed datasets (seconds)
+#   make verify         check every study's paper comparison and figures on the committed datasets (< 1 min)
 #   make gallery        rewrite the README's gallery and verdict counts from figures/*/comparison.csv
 #   make docs           the documentation site -> results/docs/html (installs requirements-docs.txt; checked in
 #                       headless Chromium when one is installed)

@@ -18,7 +18,8 @@ Writing ``q_i`` for what a saved linear input costs (``q``, or 2 in bf16), per t
           \text{MoE: } 3 + R\Bigl(q_i + \frac{2(n_f-1) f + q_i f}{h}\Bigr) + [q] + \frac{2(n_f-1) f_s + q_i f_s}{h}
 
 (``[q]``: the extra quantized copy, 0 in bf16; ``R = c k \rho`` routed copies per token on the busiest rank; the
-last two terms for shared experts of total width ``f_s``; 1 byte each of the dropout masks). Latent attention: see
+last two terms for shared experts of total width ``f_s``; 1 byte each of the dropout masks, 0 for a model without
+dropout: :func:`dropout_mask_units`). Latent attention: see
 :func:`attention_saved_units`. In bf16 these are :mod:`trainscale.kernels.layer`'s former counts, plus the shared
 experts' activations, which were not counted before.
 
@@ -47,8 +48,9 @@ from the tensor-parallel shard.
 from numba import njit
 
 from .layout import (
-    C_RECOMPUTE_MODULES, C_SAVED_INPUT_BYTES, M_CAPACITY, M_EXPERTS, M_HEADS, M_KV_LORA, M_Q_LORA, M_QK_HEAD, M_QK_POS,
-    M_SHARED_FFN, M_TOP_K, M_V_HEAD, RM_LAYERNORM, RM_MLA_UP_PROJ, RM_MLP, RM_MOE, RM_MOE_ACT, RM_SHARED_EXPERTS,
+    C_RECOMPUTE_MODULES, C_SAVED_INPUT_BYTES, M_ATTENTION_DROPOUT, M_CAPACITY, M_EXPERTS, M_HEADS, M_HIDDEN_DROPOUT,
+    M_KV_LORA, M_Q_LORA, M_QK_HEAD, M_QK_POS, M_SHARED_FFN, M_TOP_K, M_V_HEAD, RM_LAYERNORM, RM_MLA_UP_PROJ, RM_MLP,
+    RM_MOE, RM_MOE_ACT, RM_SHARED_EXPERTS,
 )
 
 
@@ -56,6 +58,21 @@ from .layout import (
 def recomputes(calib, bit):
     """Whether the plan's selective recomputation includes the module ``bit`` (``RM_*``)."""
     return (int(calib[C_RECOMPUTE_MODULES]) & bit) != 0
+
+
+@njit(cache=True)
+def dropout_mask_units(model):
+    """The 1-byte mask a block's output dropout keeps per element, in units of ``h`` bytes per token: 1, or 0 for
+    a model that trains without dropout (``model[M_HIDDEN_DROPOUT] == 0``: PyTorch makes no mask at p = 0)."""
+    return 1.0 if model[M_HIDDEN_DROPOUT] > 0.0 else 0.0
+
+
+@njit(cache=True)
+def unfused_score_bytes(model):
+    r"""Bytes an attention core without a fused kernel keeps per ``s x s`` score and head (Korthikanti et al. 2022:
+    ``5 a s^2 b``): the softmax's 16-bit output, and where the model has an attention dropout its 1-byte mask and
+    16-bit output (5); without one the softmax's output is the values' input (2)."""
+    return 5.0 if model[M_ATTENTION_DROPOUT] > 0.0 else 2.0
 
 
 @njit(cache=True)
@@ -78,16 +95,17 @@ def attention_saved_units(model, h, kv, qw, calib):
 
     .. math:: 1 + q_i + \\frac{(2 + q_i) r_q + 2 (r_{kv} + d_r) + q_i r_{kv} + 2a(2 d_{qk} + d_v) + (2 + [q]) a d_v}{h}"""
     q_i, q_copy = saved_input_bytes(calib)
+    mask = dropout_mask_units(model)
     discarded = 0.0
     if model[M_KV_LORA] <= 0.0:
-        return 5.0 + 4.0 * kv / h + q_i + q_copy * qw / h, discarded
+        return 4.0 + mask + 4.0 * kv / h + q_i + q_copy * qw / h, discarded
     a = model[M_HEADS]
     q_lora = model[M_Q_LORA]
     kv_lora = model[M_KV_LORA]
     d_qk = model[M_QK_HEAD] + model[M_QK_POS]
     expanded = 2.0 * a * (2.0 * d_qk + model[M_V_HEAD])
     latents = (2.0 + q_i) * q_lora + 2.0 * (kv_lora + model[M_QK_POS]) + q_i * kv_lora
-    kept = 1.0 + q_i + (latents + expanded + (2.0 + q_copy) * a * model[M_V_HEAD]) / h
+    kept = mask + q_i + (latents + expanded + (2.0 + q_copy) * a * model[M_V_HEAD]) / h
     if recomputes(calib, RM_MLA_UP_PROJ):
         discarded += expanded / h
     if recomputes(calib, RM_LAYERNORM) and q_copy == 0.0:  # bf16: the norm's output is the down projections' input
@@ -99,11 +117,12 @@ def attention_saved_units(model, h, kv, qw, calib):
 def mlp_saved_units(model, h, f, nf, calib, imbalance):
     """(kept, discarded) bytes per token of the MLP or MoE block, in units of ``h`` (module docstring)."""
     q_i, q_copy = saved_input_bytes(calib)
+    mask = dropout_mask_units(model)
     inner = 2.0 * (nf - 1.0) * f + q_i * f  # the first GEMM's output and the activation's (the second's input)
     if model[M_EXPERTS] <= 1.0:
-        kept = 1.0 + q_i + inner / h
+        kept = mask + q_i + inner / h
         if recomputes(calib, RM_MLP):
-            return 1.0, kept - 1.0
+            return mask, kept - mask
         return kept, 0.0
     routed = model[M_CAPACITY] * model[M_TOP_K] * imbalance
     experts = routed * (q_i + inner / h)
@@ -111,9 +130,9 @@ def mlp_saved_units(model, h, f, nf, calib, imbalance):
     fs = model[M_SHARED_FFN]
     if fs > 0.0:
         shared = q_copy + (2.0 * (nf - 1.0) * fs + q_i * fs) / h
-    kept = 3.0 + experts + shared
+    kept = 2.0 + mask + experts + shared  # the norm's 16-bit output (the router's input) and the mask
     if recomputes(calib, RM_MOE):
-        return 3.0, kept - 3.0
+        return 2.0 + mask, kept - 2.0 - mask
     discarded = 0.0
     if recomputes(calib, RM_MOE_ACT):
         discarded += routed * q_i * f / h

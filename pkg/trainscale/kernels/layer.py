@@ -33,7 +33,9 @@ from numba import njit
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
 from .collectives import BYTES, allgather_time, allreduce_time, out_link, overlapped_exposed
-from .activations import attention_saved_units, mlp_saved_units, recomputes, saved_input_bytes
+from .activations import (
+    attention_saved_units, dropout_mask_units, mlp_saved_units, recomputes, saved_input_bytes, unfused_score_bytes,
+)
 from .attention import (
     attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops, qkv_projection_time,
     rotary_widths, up_projection_flops, up_projection_time,
@@ -62,6 +64,8 @@ HP_GRAD_ACCUM_BYTES = 18.0
 # HBM bytes per s x s score of the unfused attention (16-bit values, 1-byte dropout mask): the
 # scaled masked softmax (read, write: 4) and the attention dropout (read, write, mask: 5); backward
 # the dropout (read dy and the mask, write: 5) and the softmax (read y and dy, write: 6)
+# (priced for every model: one without dropout runs no dropout kernel and its fused bias-dropout-add writes no mask,
+# which only its memory takes so far, kernels.activations; the time would move the fitted calibration: a refit)
 SCORE_BYTES = (4.0 + 5.0, 5.0 + 6.0)
 # per hidden element of a token: LayerNorms, dropouts and residual adds, forward (the backward moves
 # twice as much, as does the FFN activation's 2 bytes per element and input matrix)
@@ -481,13 +485,13 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     q_in, _ = saved_input_bytes(calib)
     # replicated over the tp ranks without sequence parallelism: the norms' inputs, the dropout masks and the
     # attention's and the MLP's inputs (a MoE router's in 16 bits)
-    replicated_units = 6.0 + q_in + (BYTES if moe else q_in)  # 10 in bf16
+    replicated_units = 4.0 + 2.0 * dropout_mask_units(model) + q_in + (BYTES if moe else q_in)  # 10 in bf16
     if sp:
         dense = per_token * m * h / t
     else:
         dense = replicated_units * m * h + (per_token - replicated_units) * m * h / t
     gone = (attn_gone + mlp_gone) * m * h / t if rc == RC_SELECTIVE else 0.0
-    scores = 4.0 * mb * (a / t) * sc if flash else 5.0 * mb * (a / t) * sc * s
+    scores = 4.0 * mb * (a / t) * sc if flash else unfused_score_bytes(model) * mb * (a / t) * sc * s
     # transient while one layer runs its backward: the gradients of its activations (one layer,
     # one micro-batch, the size of what it stores without recomputation), plus what it
     # re-materialises (full: the whole layer; selective: the attention scores and the named modules' outputs)

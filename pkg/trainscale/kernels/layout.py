@@ -32,7 +32,10 @@ M_KV_LORA = 20  # width of the key-value latent
 M_QK_HEAD = 21  # channels per head of the keys and queries besides the rotary ones
 M_QK_POS = 22  # rotary channels per head (the key's shared by all heads)
 M_V_HEAD = 23  # channels per head of the values (and of the attention output)
-M_SIZE = 24
+# dropout probabilities (trainscale.model.model_spec.ModelSpec): a dropout keeps a 1-byte mask only where its p > 0
+M_HIDDEN_DROPOUT = 24  # after the attention and the MLP blocks (Megatron-Core's hidden_dropout)
+M_ATTENTION_DROPOUT = 25  # on the attention probabilities (attention_dropout)
+M_SIZE = 26
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0

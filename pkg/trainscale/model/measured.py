@@ -188,24 +188,31 @@ def _position_embedding(row: Mapping) -> str:
 def _public_model(row: Mapping) -> str | ModelSpec:
     positions = _position_embedding(row)
     if row["model"] in catalog.models():
-        if positions:
-            raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: position_embedding = {positions!r} is "
-                             f"invalid for the catalog model {row['model']}; valid: blank (models.yaml gives it)")
+        for key in ("position_embedding",) + DROPOUT_COLUMNS:
+            if row.get(key):
+                raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: {key} = {row[key]!r} is invalid for the "
+                                 f"catalog model {row['model']}; valid: blank (models.yaml gives it)")
         return row["model"]
     hidden, heads = int(row["hidden"]), int(row["heads"])
     moe = {key: int(row[key]) for key in MOE_COLUMNS if row.get(key)}
-    if not moe:  # the dense shape, as before
-        return ModelSpec(name=row["model"], layers=int(row["layers"]), hidden=hidden, heads=heads,
-                         kv_heads=int(row["kv_heads"] or heads), ffn_hidden=int(row["ffn_hidden"] or 4 * hidden),
-                         ffn_type=row["ffn_type"] or "gelu", vocab=int(row["vocab"]), seq_len=int(row["seq_len"]),
-                         source=row["source"], position_embedding=positions)
+    dropouts = {key: _number(row, key) for key in DROPOUT_COLUMNS if row.get(key)}
     shape = {"layers": int(row["layers"]), "hidden": hidden, "heads": heads, "kv_heads": int(row["kv_heads"] or heads),
              "ffn_hidden": int(row["ffn_hidden"] or 4 * hidden), "ffn_type": row["ffn_type"] or "gelu",
              "vocab": int(row["vocab"]), "seq_len": int(row["seq_len"]), "source": row["source"],
-             "position_embedding": positions, **moe}
+             "position_embedding": positions, **moe, **dropouts}
     return ModelSpec.from_dict(shape, name=row["model"], where=f"{STACKS_FILE}: row {row.get('id')}")
 
 
+def _number(row: Mapping, key: str) -> float:
+    try:
+        return float(row[key])
+    except ValueError:
+        raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: {key} = {row[key]!r} is invalid; valid: a number, "
+                         "or blank") from None
+
+
+# the dropout probabilities a row's model trains with (blank: Megatron-Core's 0.1, or the catalog's)
+DROPOUT_COLUMNS = ("hidden_dropout", "attention_dropout")
 # model columns beyond the dense shape (issue 36): experts, attention width, shared and leading dense layers
 MOE_COLUMNS = ("experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers", "dense_ffn_hidden",
                "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")

@@ -46,6 +46,14 @@ class ModelSpec:
     embeddings, applied to every layer's queries and keys and priced as the stack's element-wise
     kernel). ALiBi adds a bias to the attention scores inside the attention kernel: no parameters,
     no separate pass.
+
+    ``hidden_dropout`` and ``attention_dropout`` (Megatron-Core's names; its defaults 0.1, NVIDIA/Megatron-LM
+    ``megatron/core/transformer/transformer_config.py``) are the dropout probabilities the model trains with, after
+    the attention and MLP blocks and on the attention probabilities. Only whether they are zero matters: a dropout
+    keeps a 1-byte mask per element for its backward, and at probability 0 PyTorch returns its input and makes no mask
+    (``aten/src/ATen/native/Dropout.cpp``: ``if (p == 0 || !train ...) return input``). Llama, Qwen3, DeepSeek-V3,
+    GPT-OSS and Nemotron train without dropout (their Megatron-Bridge bridges set ``hidden_dropout = 0.0``; the
+    attention dropout comes from their Hugging Face configs, 0.0).
     """
 
     name: str
@@ -72,6 +80,8 @@ class ModelSpec:
     qk_head_dim: int = 0
     qk_pos_emb_head_dim: int = 0
     v_head_dim: int = 0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
 
     @property
     def is_mla(self) -> bool:
@@ -241,6 +251,7 @@ class ModelSpec:
             raise SpecError("dense_layers", moe_fields["dense_layers"], f"expected fewer than layers = {layers}",
                             where)
         mla_fields = _mla_fields(d, where, kv_heads != heads or bool(d.get("kv_channels")))
+        dropouts = {key: _probability(d, key, where, 0.1) for key in DROPOUT_FIELDS}
         return cls(
             name=str(d.get("name", name)),
             layers=layers,
@@ -259,7 +270,19 @@ class ModelSpec:
             kv_channels=_int(d, "kv_channels", where, 0, minimum=0),
             **moe_fields,
             **mla_fields,
+            **dropouts,
         )
+
+
+DROPOUT_FIELDS = ("hidden_dropout", "attention_dropout")
+
+
+def _probability(d: Mapping, key: str, where: str | None, default: float) -> float:
+    """A dropout probability: a number in [0, 1)."""
+    value = _float(d, key, where, default, minimum=0.0)
+    if value >= 1.0:
+        raise SpecError(key, value, "expected a probability in [0, 1)", where)
+    return value
 
 
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")

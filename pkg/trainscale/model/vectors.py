@@ -51,6 +51,8 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_QK_HEAD] = model.qk_head_dim
     vec[K.M_QK_POS] = model.qk_pos_emb_head_dim
     vec[K.M_V_HEAD] = model.v_head_dim
+    vec[K.M_HIDDEN_DROPOUT] = model.hidden_dropout
+    vec[K.M_ATTENTION_DROPOUT] = model.attention_dropout
     vec[K.M_TENSORS_LAYER] = model.weight_matrices_per_layer()
     return vec
 

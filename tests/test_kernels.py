@@ -433,7 +433,7 @@ def test_no_cached_kernel_calls_a_parallel_kernel():
     trees = {p: ast.parse(p.read_text()) for p in sorted(folder.glob("*.py"))}
     functions = {fn.name: fn for tree in trees.values() for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)}
     parallel = {name for name, fn in functions.items() if any("parallel=True" in d for d in _decorators(fn))}
-    assert {"evaluate_grid_ep", "worker_step"} <= parallel
+    assert {"evaluate_layouts", "worker_step"} <= parallel
     offenders = []
     for name, fn in functions.items():
         if not any("cache=True" in d for d in _decorators(fn)):
@@ -446,7 +446,7 @@ def test_no_cached_kernel_calls_a_parallel_kernel():
 
 @pytest.mark.slow
 def test_cached_grid_survives_compiling_in_three_processes(tmp_path):
-    """The crash this guards against: one process caches the parallel grid kernel, a second
+    """The crash this guards against: one process caches the grid kernels, a second
     compiles the dense-grid entry point against it, a third loads both."""
     script = textwrap.dedent("""
         import sys

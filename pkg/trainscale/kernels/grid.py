@@ -1,14 +1,18 @@
-"""Evaluate a whole grid of plans in parallel.
+"""Evaluate a whole grid of plans, side by side on every core.
 
 The grid is the Cartesian product of per-axis value arrays, flattened in C order over
 ``(tp, pp, cp, interleave, micro_batch, recompute, sequence_parallel, zero, shard_group,
 overlap_grad_reduce, flash_attention, zero3_per_tensor, tp_comm_overlap, ep)``; ``dp`` follows from
 the GPU count. Layer costs depend on only eight of the axes, so they are priced once per distinct combination
-(first ``prange``), then every plan is assembled from its row of that table (second ``prange``).
-Each iteration writes its own output row: no reductions, so results do not depend on the thread
-count. :func:`evaluate_grid` is the dense grid (``ep = 1``, the last axis left out).
+(:func:`layer_cost_table`, the search's kernel), then every plan is assembled from its row of that table
+(:func:`price_grid_rows`, ranges of plans in threads: the kernel releases the GIL). Each plan writes its own
+output row: no reductions, so results do not depend on the thread count. :func:`evaluate_grid` is the dense
+grid (``ep = 1``, the last axis left out).
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -35,39 +39,17 @@ def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v,
     return dp
 
 
-@njit(parallel=True, cache=True)
-def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
-                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends=0):
-    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, the expert layout last:
-    ``(ep_v[i], etp_v[i])`` pairs (the caller lays out the product of the ep and etp axes, etp fastest);
-    ``ends`` (one per call) the pipeline split of every plan with pp > 1."""
+@njit(cache=True, nogil=True)
+def price_grid_rows(model, system, calib, table, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v, zero_v,
+                    shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends, results, dps, start, stop):
+    """Price the flattened grid's plans ``start <= i < stop`` into ``results[i]`` and ``dps[i]`` from the layer
+    table of :func:`layer_cost_table` (its keys every ``(tp, cp, micro_batch)`` of the axes, in C order). Each
+    plan writes its own row: no reductions, so the result does not depend on how the range is cut."""
     n_tp, n_cp, n_mb = tp_v.shape[0], cp_v.shape[0], mb_v.shape[0]
     n_rc, n_sp, n_fl, n_ep = rc_v.shape[0], sp_v.shape[0], flash_v.shape[0], ep_v.shape[0]
     n_tpo = tpo_v.shape[0]
-    n_layer = n_tp * n_cp * n_mb * n_rc * n_sp * n_fl * n_tpo * n_ep
-    table = np.empty((n_layer, L_SIZE))
-    for j in prange(n_layer):
-        i_ep = j % n_ep
-        i_tpo = (j // n_ep) % n_tpo
-        i_fl = (j // (n_ep * n_tpo)) % n_fl
-        i_sp = (j // (n_ep * n_tpo * n_fl)) % n_sp
-        i_rc = (j // (n_ep * n_tpo * n_fl * n_sp)) % n_rc
-        i_mb = (j // (n_ep * n_tpo * n_fl * n_sp * n_rc)) % n_mb
-        i_cp = (j // (n_ep * n_tpo * n_fl * n_sp * n_rc * n_mb)) % n_cp
-        i_tp = j // (n_ep * n_tpo * n_fl * n_sp * n_rc * n_mb * n_cp)
-        tp = tp_v[i_tp]
-        cp = cp_v[i_cp]
-        if tp < 1 or cp < 1:
-            table[j, :] = np.nan
-            continue
-        layer_costs(model, system, calib, tp, cp, mb_v[i_mb], rc_v[i_rc], sp_v[i_sp] != 0,
-                    flash_v[i_fl] != 0, table[j], ep_v[i_ep], tpo_v[i_tpo] != 0, etp_v[i_ep])
-
     n_pp, n_v, n_zero = pp_v.shape[0], v_v.shape[0], zero_v.shape[0]
     n_shard, n_ovl, n_ten = shard_v.shape[0], ovl_v.shape[0], tensor_v.shape[0]
-    n = n_tp * n_pp * n_cp * n_v * n_mb * n_rc * n_sp * n_zero * n_shard * n_ovl * n_fl * n_ten * n_tpo * n_ep
-    results = np.empty((n, O_SIZE))
-    dps = np.zeros(n, dtype=np.int64)
     # C-order strides of (tp, pp, cp, v, mb, rc, sp, zero, shard, ovl, flash, per_tensor, tpo, ep), last fastest
     s_tpo = n_ep
     s_ten = s_tpo * n_tpo
@@ -82,8 +64,7 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
     s_cp = s_v * n_v
     s_pp = s_cp * n_cp
     s_tp = s_pp * n_pp
-    for i in prange(n):
-        # decoded with scalars: no allocation inside the parallel loop
+    for i in range(start, stop):
         i_ep = i % n_ep
         i_tpo = (i // s_tpo) % n_tpo
         i_ten = (i // s_ten) % n_ten
@@ -104,16 +85,66 @@ def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v,
                                  cp_v[i_cp], v_v[i_v], mb_v[i_mb], rc_v[i_rc], zero_v[i_zero], shard_v[i_shard],
                                  ovl_v[i_ovl] != 0, tensor_v[i_ten] != 0, results[i], ep_v[i_ep], ends,
                                  etp_v[i_ep])
+
+
+# a grid smaller than this many plans per thread is priced in one call (a thread costs more than it saves)
+MIN_PLANS_PER_THREAD = 16384
+
+
+def grid_layer_table(model, system, calib, tp_v, cp_v, mb_v, rc_v, sp_v, flash_v, tpo_v, ep_v, etp_v) -> np.ndarray:
+    """The dense grid's layer costs: :func:`layer_cost_table` of every ``(tp, cp, micro_batch)`` of the axes in
+    C order (the search's kernel, with its argument types: one compiled table for both); rows of a tp or cp
+    below 1 are NaN."""
+    keys = np.ascontiguousarray(np.stack(np.meshgrid(tp_v, cp_v, mb_v, indexing="ij"), axis=-1).reshape(-1, 3),
+                                dtype=np.int64)
+    per_key = rc_v.shape[0] * sp_v.shape[0] * flash_v.shape[0] * tpo_v.shape[0] * ep_v.shape[0]
+    valid = (keys[:, 0] >= 1) & (keys[:, 1] >= 1)
+    if valid.all():
+        return layer_cost_table(model, system, calib, keys, rc_v, sp_v, flash_v, tpo_v, ep_v, etp_v)
+    table = np.full((keys.shape[0], per_key, L_SIZE), np.nan)
+    if valid.any():
+        priced = layer_cost_table(model, system, calib, np.ascontiguousarray(keys[valid]), rc_v, sp_v, flash_v,
+                                  tpo_v, ep_v, etp_v)
+        table[valid] = priced.reshape(-1, per_key, L_SIZE)
+    return table.reshape(-1, L_SIZE)
+
+
+def evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
+                     zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends=0, threads=None):
+    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened grid, the expert layout last:
+    ``(ep_v[i], etp_v[i])`` pairs (the caller lays out the product of the ep and etp axes, etp fastest);
+    ``ends`` (one per call) the pipeline split of every plan with pp > 1.
+
+    Plain Python over two serial kernels: the layer costs once per distinct combination
+    (:func:`grid_layer_table`), then :func:`price_grid_rows` in ``threads`` contiguous ranges side by side (it
+    releases the GIL; default Numba's thread count). A ``parallel=True`` kernel did the same in two ``prange``
+    loops, but compiling it took 40 s on 2 cores against a few seconds for these (issue 38; the standard's
+    6-minute ``make test``)."""
+    table = grid_layer_table(model, system, calib, tp_v, cp_v, mb_v, rc_v, sp_v, flash_v, tpo_v, ep_v, etp_v)
+    n = 1
+    for axis in (tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v, zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v):
+        n *= axis.shape[0]
+    results = np.empty((n, O_SIZE))
+    dps = np.zeros(n, dtype=np.int64)
+    n_threads = max(1, min(int(threads or numba.get_num_threads()), n // MIN_PLANS_PER_THREAD))
+    bounds = [n * c // n_threads for c in range(n_threads + 1)]
+
+    def price(c):
+        price_grid_rows(model, system, calib, table, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
+                        zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, ep_v, etp_v, ends, results, dps,
+                        bounds[c], bounds[c + 1])
+
+    if n_threads == 1:
+        price(0)
+    else:
+        with ThreadPoolExecutor(n_threads) as pool:
+            list(pool.map(price, range(n_threads)))
     return results, dps
 
 
 def evaluate_grid(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
                   zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v):
-    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened dense grid (``ep = 1``).
-
-    A plain Python function on purpose: Numba's on-disk cache of a function that calls a
-    ``parallel=True`` kernel compiled in another process can crash when it is loaded (a cached
-    caller linked against the cached parfor), so no cached kernel calls a parallel one."""
+    """Return ``(results[n_plans, O_SIZE], dp[n_plans])`` for the flattened dense grid (``ep = 1``)."""
     return evaluate_grid_ep(model, system, calib, gpus, global_batch, tp_v, pp_v, cp_v, v_v, mb_v, rc_v, sp_v,
                             zero_v, shard_v, ovl_v, flash_v, tensor_v, tpo_v, np.ones(1, dtype=np.int64),
                             np.zeros(1, dtype=np.int64))

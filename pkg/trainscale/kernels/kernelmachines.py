@@ -200,25 +200,40 @@ def master_step(Wbar, W, mu, mu_workers, lam, rho):
                 mu_workers[i, a, c] -= avg
 
 
-@njit(cache=False)  # not cached: it calls the parallel worker_step (see kernels/__init__.py)
+@njit(cache=True)
+def squared_norm(A):
+    """:math:`\\|A\\|_F^2` of a matrix, summed row by row."""
+    acc = 0.0
+    for a in range(A.shape[0]):
+        for c in range(A.shape[1]):
+            acc += A[a, c] * A[a, c]
+    return acc
+
+
+@njit(cache=True)
+def relative_distance(A, B, norm_B):
+    """:math:`\\|A - B\\|_F / \\|B\\|_F` (``norm_B`` given), summed row by row."""
+    acc = 0.0
+    for a in range(A.shape[0]):
+        for c in range(A.shape[1]):
+            diff = A[a, c] - B[a, c]
+            acc += diff * diff
+    return math.sqrt(acc) / norm_B
+
+
 def admm_run(Z, T, rows, cols, factors, lam, rho, iterations, Wbar, mu, mu_workers, ZtY, Obar, nu, W, O, o,
              W_ref, distance):
     """``iterations`` ADMM iterations from the given state (all arrays updated in place);
-    ``distance[t]`` = ``||Wbar - W_ref||_F / ||W_ref||_F`` after iteration ``t``."""
+    ``distance[t]`` = ``||Wbar - W_ref||_F / ||W_ref||_F`` after iteration ``t``.
+
+    Plain Python over cached kernels: a jitted caller of the parallel :func:`worker_step` cannot be cached
+    (kernels/__init__.py), so it compiled again in every process that ran it (9-18 s on 2 cores); a Python
+    loop of a few hundred iterations costs microseconds per call."""
     P = rows.size - 1
-    D, k = Wbar.shape
-    ref = 0.0
-    for a in range(D):
-        for c in range(k):
-            ref += W_ref[a, c] * W_ref[a, c]
+    ref = squared_norm(W_ref)
     ref = math.sqrt(ref) if ref > 0.0 else 1.0
     for t in range(iterations):
         for i in range(P):
             worker_step(Z, T, rows, i, cols, factors, Wbar, rho, mu_workers, ZtY, Obar, nu, W, O, o)
         master_step(Wbar, W, mu, mu_workers, lam, rho)
-        acc = 0.0
-        for a in range(D):
-            for c in range(k):
-                diff = Wbar[a, c] - W_ref[a, c]
-                acc += diff * diff
-        distance[t] = math.sqrt(acc) / ref
+        distance[t] = relative_distance(Wbar, W_ref, ref)

@@ -366,7 +366,10 @@ def _kernel_args(model, system, gpus, gb, **axes):
             perfmodel.calibration_vector(system.generation), gpus, gb, *arrays)
 
 
-def test_grid_independent_of_thread_count():
+def test_grid_independent_of_thread_count(monkeypatch):
+    from trainscale.kernels import grid as grid_kernels
+
+    monkeypatch.setattr(grid_kernels, "MIN_PLANS_PER_THREAD", 100)  # this small grid cut in ranges too
     args = _kernel_args("llama2-7b", "dgx-h100", 64, 128, **dict(SMALL, tp_comm_overlap=[0]), flash_attention=[0, 1],
                         overlap_grad_reduce=[0, 1])
     threads = min(2, numba.config.NUMBA_NUM_THREADS)
@@ -378,10 +381,14 @@ def test_grid_independent_of_thread_count():
         two, dp2 = grid_kernel(*args)
     finally:
         numba.set_num_threads(before)
+    ep_args = (*args, np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    three, dp3 = grid_kernels.evaluate_grid_ep(*ep_args, threads=3)  # three ranges of 384 plans; seven uneven ones
+    seven, dp7 = grid_kernels.evaluate_grid_ep(*ep_args, threads=7)
     assert one.shape == (1152, K.O_SIZE)
     assert np.isfinite(one[:, K.O_STEP]).sum() > 500
-    np.testing.assert_array_equal(one, two)
-    np.testing.assert_array_equal(dp1, dp2)
+    for other, dp in ((two, dp2), (three, dp3), (seven, dp7)):
+        np.testing.assert_array_equal(one, other)
+        np.testing.assert_array_equal(dp1, dp)
 
 
 REFERENCE_AXES = dict(tp=[1, 2, 8], pp=[1, 4], cp=[1, 2], interleave=[1, 2], micro_batch=[1, 2],

@@ -214,11 +214,11 @@ def test_pipeline_bubble_closed_form(pp, v, micro):
     mvec, svec, calib = _vectors("gpt3-175b", "dgx-a100-80gb")
     tp, dp, mb = 8, 2, 1
     lc = np.empty(K.L_SIZE)
-    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_FULL, False, False, lc)
+    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_FULL, False, False, lc, 1, False, 0)
     lc[K.L_HEAD_FWD] = lc[K.L_HEAD_BWD] = 0.0  # uniform stages: no output layer on the last
     out = np.empty(K.O_SIZE)
     plan_costs(mvec, svec, calib, lc, tp * pp * dp, tp, pp, dp, 1, v, mb, dp * mb * micro, K.RC_FULL, 0, 0,
-               False, False, out)
+               False, False, out, 1, 0, 0, 0, 0)
     assert out[K.O_REASON] in (K.R_OK, K.R_MEMORY)  # memory is beside the point here
     steady = out[K.O_COMPUTE] + out[K.O_RECOMPUTE] + out[K.O_TP_COMM] + out[K.O_CP_COMM] + out[K.O_PP_COMM]
     assert steady == pytest.approx(out[K.O_STEP] - out[K.O_BUBBLE] - out[K.O_DP_COMM] - out[K.O_OPTIMIZER]

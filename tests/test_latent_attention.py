@@ -46,7 +46,7 @@ def _dense_mla(**kw):
 def _costs(model, tp=1, mb=1, sp=True, flash=True):
     lc = np.empty(K.L_SIZE)
     layer_costs(perfmodel.model_vector(model), perfmodel.system_vector(H100),
-                perfmodel.calibration_vector(H100.generation), tp, 1, mb, K.RC_NONE, sp, flash, lc)
+                perfmodel.calibration_vector(H100.generation), tp, 1, mb, K.RC_NONE, sp, flash, lc, 1, False, 0)
     return lc
 
 

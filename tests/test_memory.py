@@ -41,7 +41,7 @@ def _act_bytes_per_layer(tp, sp, recompute, flash=False):
     lc = np.empty(K.L_SIZE)
     layer_costs(perfmodel.model_vector(run.model), perfmodel.system_vector(run.system),
                 perfmodel.calibration_vector("ampere"), tp, 1, 1, ["none", "selective", "full"].index(recompute),
-                sp, flash, lc)
+                sp, flash, lc, 1, False, 0)
     return lc[K.L_ACT_BYTES]
 
 
@@ -74,7 +74,7 @@ def test_activations_without_dropout_keep_no_masks(tp, sp, recompute, formula):
     model = dataclasses.replace(resolve_model("gpt3-175b"), hidden_dropout=0.0, attention_dropout=0.0)
     layer_costs(perfmodel.model_vector(model), perfmodel.system_vector(resolve_system("dgx-a100-80gb")),
                 perfmodel.calibration_vector("ampere"), tp, 1, 1, ["none", "selective", "full"].index(recompute),
-                sp, False, lc)
+                sp, False, lc, 1, False, 0)
     assert lc[K.L_ACT_BYTES] == pytest.approx(formula, rel=1e-12)
 
 

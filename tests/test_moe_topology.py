@@ -56,16 +56,16 @@ def test_alltoall_volume_in_the_layer_costs():
     calib = perfmodel.calibration_vector(system.generation)
     lc = np.empty(K.L_SIZE)
     tp, ep, mb = 8, 4, 1
-    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, ep)
+    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, ep, False, 0)
     m = mb * model.seq_len
     nbytes = 2.0 * model.capacity_factor * model.top_k * m * model.hidden / tp
     a2a = 3 * system.scale_out_latency_s + 3 / 4 * nbytes / (calib[K.C_NET_EFF] * system.scale_out_GBps_per_gpu * 1e9)
     gather = 7 * system.scale_up_latency_s + 7 / 8 * 8 * nbytes / (calib[K.C_NET_EFF] * system.scale_up_GBps_per_gpu * 1e9)
     assert lc[K.L_FWD_EP] == pytest.approx(2 * (a2a + gather), rel=1e-12)  # dispatch + combine
     assert lc[K.L_BWD_EP] == pytest.approx(2 * (a2a + gather), rel=1e-12)
-    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_FULL, True, True, lc, ep)
+    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_FULL, True, True, lc, ep, False, 0)
     assert lc[K.L_BWD_EP] == pytest.approx(4 * (a2a + gather), rel=1e-12)  # plus the recomputed forward's
-    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, 1)
+    layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, 1, False, 0)
     assert lc[K.L_FWD_EP] == pytest.approx(2 * gather, rel=1e-12)  # all experts local: no all-to-all
     layer_costs(mvec, svec, calib, tp, 1, mb, K.RC_NONE, True, True, lc, 1, False, 1)
     assert lc[K.L_FWD_EP] == 0.0 and lc[K.L_BWD_EP] == 0.0  # and with etp = 1 nothing to gather either
@@ -143,14 +143,14 @@ def test_moe_flops_by_hand():
     system = SystemSpec.from_catalog("dgx-h100")
     lc = np.empty(K.L_SIZE)
     layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(system),
-                perfmodel.calibration_vector(system.generation), 1, 1, 3, K.RC_NONE, False, False, lc, 1)
+                perfmodel.calibration_vector(system.generation), 1, 1, 3, K.RC_NONE, False, False, lc, 1, False, 0)
     b, s, h, f, E, k = 3, 16, 64, 256, 4, 2
     T = b * s
     flops = 2 * T * h * 3 * h + 2 * T * h * h + k * (2 * 2 * T * h * f) + 2 * T * h * E + 4 * b * s * s * h
     assert lc[K.L_FLOPS_FWD] == pytest.approx(flops, rel=1e-14)
     # top-1 of the same experts: the FFN FLOPs halve
     layer_costs(perfmodel.model_vector(tiny(top_k=1)), perfmodel.system_vector(system),
-                perfmodel.calibration_vector(system.generation), 1, 1, 3, K.RC_NONE, False, False, lc, 1)
+                perfmodel.calibration_vector(system.generation), 1, 1, 3, K.RC_NONE, False, False, lc, 1, False, 0)
     assert lc[K.L_FLOPS_FWD] == pytest.approx(flops - 2 * 2 * T * h * f, rel=1e-14)
 
 

@@ -28,7 +28,7 @@ def _layer(model="llama2-7b", system="dgx-h100", tp=1, mb=1, rc=K.RC_NONE, sp=Fa
     m, s = resolve_model(model), resolve_system(system)
     calib = perfmodel.calibration_vector(s.generation, overrides, stack, compiled)
     lc = np.empty(K.L_SIZE)
-    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib, tp, 1, mb, rc, sp, flash, lc)
+    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib, tp, 1, mb, rc, sp, flash, lc, 1, False, 0)
     return lc, calib, m, s
 
 
@@ -134,7 +134,7 @@ def test_stack_selective_share_closed_form(share):
     calib[K.C_SELECTIVE_SHARE] = share
     lc = np.empty(K.L_SIZE)
     layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), calib, 1, 1, 1, K.RC_SELECTIVE, False, True,
-                lc)
+                lc, 1, False, 0)
     fused = compute.fused_attention_fwd_bwd_time(m.seq_len, m.seq_len, m.head_dim, m.heads,
                                                  s.peak_flops_bf16, s.hbm_bandwidth_GBps * 1e9, s.sm_count, calib)
     core = 2.0 * fused[0] * causal_block_fraction(m.seq_len, m.seq_len)
@@ -299,7 +299,7 @@ def test_bf16_optimizer_accumulates_every_micro_batch_into_fp32(tp):
     bf16 = calib.copy()
     bf16[K.C_BF16_OPTIMIZER] = 1.0
     lc = np.empty(K.L_SIZE)
-    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), bf16, tp, 1, 1, K.RC_NONE, False, False, lc)
+    layer_costs(perfmodel.model_vector(m), perfmodel.system_vector(s), bf16, tp, 1, 1, K.RC_NONE, False, False, lc, 1, False, 0)
     params_layer = perfmodel.model_vector(m)[K.M_PARAMS_LAYER] / tp
     rate = calib[K.C_HBM_EFF] * s.hbm_bandwidth_GBps * 1e9
     assert HP_GRAD_ACCUM_BYTES == 18.0

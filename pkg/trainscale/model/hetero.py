@@ -191,7 +191,8 @@ def group_costs(model: ModelSpec, system: SystemSpec, micro_batch: int = 1, reco
     mvec, svec = perfmodel.model_vector(model), perfmodel.system_vector(system)
     calib = perfmodel.calibration_vector(system.generation)
     lc = np.empty(K.L_SIZE)
-    layer_costs(mvec, svec, calib, t, 1, micro_batch, RECOMPUTE_MODES.index(recompute), True, flash_attention, lc)
+    layer_costs(mvec, svec, calib, t, 1, micro_batch, RECOMPUTE_MODES.index(recompute), True, flash_attention, lc,
+                1, False, 0)  # every argument given: the specialization predict compiles
     layer_fwd, layer_bwd = layer_fwd_bwd(lc)
     return GroupCosts(
         tp=t, layer_fwd_s=layer_fwd, layer_bwd_s=layer_bwd, head_fwd_s=lc[K.L_HEAD_FWD],

@@ -35,8 +35,8 @@ plain-Python reference (``NUMBA_DISABLE_JIT=1``) disagree on the sampled plans.
   (``mpc.admm_numpy``); the final variables must agree to 1e-9.
 * optimizer: synchronous data-parallel SGD (``kernels.optim.run_sync``, compressor ``none``) on a
   least-squares problem with 10,000 parameters, 8 workers, per-worker batch 16, the batches of
-  ``convergence.run_batches``, for >= 1,000 steps (doubled until the kernel runs >= 0.5 s), Numba
-  threads as configured (``prange`` over workers); in worker-steps x parameters per second
+  ``convergence.run_batches``, for >= 1,000 steps (doubled until the kernel runs >= 0.5 s),
+  workers one after another (no ``prange``: it was no faster, kernels/optim.py); in worker-steps x parameters per second
   (``optimizer_param_updates_per_s``), next to the same update in vectorised NumPy (gather each
   worker's rows, ``g_k = X_k^T (X_k w - y_k) / B + lam w``, mean in worker order, ``w -= lr g``;
   ``optimizer_numpy_param_updates_per_s``). Compiled once, then best of 3 each. The kernel's time
@@ -521,8 +521,6 @@ def sgd_numpy(X, y, lam, x0, batches, lr):
 
 def optimizer_section(failures: list) -> None:
     """Throughput of synchronous data-parallel SGD (``kernels.optim.run_sync``) next to NumPy."""
-    import numba
-
     from trainscale.training import convergence
     from trainscale.training.compression import resolve_compressor
     from trainscale.kernels import optim as KO
@@ -566,7 +564,6 @@ def optimizer_section(failures: list) -> None:
     worst = float(np.max(np.abs(x_kernel - x_numpy))) / (scale if scale > 0 else 1.0)
     bench("optimizer_params", p, "params")
     bench("optimizer_steps", steps, "steps")
-    bench("optimizer_numba_threads", numba.get_num_threads(), "threads")
     bench("optimizer_param_updates_per_s", rate, "1/s")
     bench("optimizer_numpy_param_updates_per_s", numpy_rate, "1/s")
     bench("optimizer_vs_numpy_ratio", rate / numpy_rate, "x")

@@ -264,7 +264,8 @@ COMMANDS = {
     "trainscale plan-cluster --model llama2-7b --system dgx-h100 --gpus 64,128,256 --tokens 2e12 --global-batch 512":
         Run(_check_plan_cluster),
     "trainscale validate": Run(_check_validate),
-    "trainscale validate --all": Run(_check_validate_all),
+    # slow (9 s under make test; CI runs it): the default run prices the same runs for `trainscale validate`
+    "trainscale validate --all": Run(_check_validate_all, slow=True),
     # slow (8 s; CI runs it): the default run checks the same command's table in
     # tests/test_searched_knobs.py::test_validate_prints_the_searched_runs
     "trainscale validate --search-unpublished": Run(_check_validate_searched, slow=True),

@@ -22,6 +22,8 @@ def search_expresses(m) -> bool:
             and not m.run.model.is_moe)
 
 
+# slow: the fixture searches the blank knobs of every measured run (25 s on 2 cores, the longest of make test);
+# the tests that read it run in CI (make test-all); the command line's search of one run stays in make test
 @pytest.fixture(scope="module")
 def searched():
     ds = searched_mod.searched_dataset()
@@ -47,6 +49,7 @@ def test_the_searched_knobs_are_the_blank_cells_the_stack_can_turn():
     assert space["tp"] == [8] and space["pp"] == [2] and space["interleave"] == validation.SEARCHED_KNOBS["interleave"]
 
 
+@pytest.mark.slow
 def test_searching_the_blank_knobs_never_predicts_slower_than_their_defaults(searched):
     """Where the values a run is priced with are among those searched, the best plan is at least as
     fast: a higher throughput, or a shorter step where the source reports step times. Two runs are
@@ -66,6 +69,7 @@ def test_searching_the_blank_knobs_never_predicts_slower_than_their_defaults(sea
     assert (speedup[~outside] >= 1 - 1e-9).all(), searched["run"].values[~outside & (speedup < 1 - 1e-9)]
 
 
+@pytest.mark.slow
 def test_the_dataset_is_described_and_summarised(searched):
     for name in list(searched.data_vars) + list(searched.coords):
         assert searched[name].attrs.get("long_name"), name
@@ -116,6 +120,7 @@ def test_validate_prints_the_searched_runs(capsys):
     assert len(runs) == len(set(runs)) == sum(row["runs"] for row in got["summary"]), "each run once"
 
 
+@pytest.mark.slow
 def test_narrower_search_ranges_are_never_faster_and_bound_the_reported_range(searched):
     """Each narrower range of SEARCH_RANGES is a subset of the full search, so the full search's best
     plan is at least as fast; the summary's low-high range spans the full search's MAPE."""

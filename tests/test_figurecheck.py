@@ -1,6 +1,8 @@
 """The figure check behind `trainscale verify`: a deliberately misleading figure is caught, with one line naming
 what, and the figures the studies draw from their committed datasets pass it."""
 
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -135,9 +137,38 @@ def test_verify_reports_a_committed_png_its_dataset_does_not_draw(tmp_path):
     with matplotlib.rc_context(plotting.STYLE):
         plotting.save_and_show(draw(folder), folder / "inference.png")
     assert verify.check_figures("pruning", tmp_path) == []
-    (folder / "inference.png").write_bytes((folder / "inference.png").read_bytes() + b"\0")
+    png = folder / "inference.png"
+    drawn = png.read_bytes()
+    png.write_bytes(drawn + b"\0")
     assert verify.check_figures("pruning", tmp_path) == [
-        f"{folder / 'inference.png'} is not the figure its committed datasets draw (rerun the study: make figures)"]
+        f"{png} is not the figure its committed datasets draw (bytes after the PNG's end, or no end; rerun the "
+        f"study: make figures)"]
+    from PIL import Image
+
+    with Image.open(io.BytesIO(drawn)) as image:  # one pixel of another colour, saved as save_figure saves
+        pixels = image.copy()
+    pixels.putpixel((10, 10), (255, 0, 0, 255) if pixels.getpixel((10, 10)) != (255, 0, 0, 255) else (0, 0, 0, 255))
+    pixels.save(png, dpi=(150, 150))
+    assert verify.check_figures("pruning", tmp_path) == [
+        f"{png} is not the figure its committed datasets draw (other pixels; rerun the study: make figures)"]
+    pixels.resize((pixels.width // 2, pixels.height // 2)).save(png, dpi=(150, 150))
+    assert verify.check_figures("pruning", tmp_path) == [
+        f"{png} is not the figure its committed datasets draw ({pixels.width // 2}x{pixels.height // 2} pixels, "
+        f"drawn {pixels.width}x{pixels.height}; rerun the study: make figures)"]
+    png.write_bytes(drawn)
+    with Image.open(io.BytesIO(drawn)) as image:
+        image.save(png, dpi=(150, 150), pnginfo=_text_chunk("Software", "matplotlib"))
+    assert verify.check_figures("pruning", tmp_path) == [
+        f"{png} is not the figure its committed datasets draw (metadata ['Software'] that save_figure does not "
+        f"write; rerun the study: make figures)"]
+
+
+def _text_chunk(key, value):
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(key, value)
+    return info
 
 
 def test_a_constant_up_to_rounding_may_keep_matplotlibs_padding():

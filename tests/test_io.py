@@ -67,6 +67,29 @@ def test_read_dataset_leaves_file_closed(tmp_path):
     assert tsio.read_dataset(path)["tokens_per_s"][0, 1] == 4.0
 
 
+def test_reading_once_reads_a_file_once_hands_out_copies_and_rereads_a_replaced_file(tmp_path, monkeypatch):
+    path = tsio.write_dataset(example_dataset(), tmp_path / "f.nc")
+    reads = []
+    real_read = tsio._read_netcdf
+    monkeypatch.setattr(tsio, "_read_netcdf", lambda p: reads.append(p) or real_read(p))
+    with tsio.reading_once():
+        first = tsio.read_dataset(path)
+        first["tokens_per_s"][0, 0] = -1.0  # a caller changing its copy changes no other caller's
+        first.attrs["mape"] = 9.0
+        second = tsio.read_dataset(path)
+        assert len(reads) == 1
+        xr.testing.assert_identical(second, example_dataset())
+        with tsio.reading_once():  # nested: the same cache
+            tsio.read_dataset(path)
+        assert len(reads) == 1
+        tsio.write_dataset(example_dataset(scale=3.0), path)  # replaced: another file (inode, size or time)
+        assert tsio.read_dataset(path)["tokens_per_s"][0, 1] == 4.0
+        assert len(reads) == 2
+    tsio.read_dataset(path)  # outside the block: read every time
+    tsio.read_dataset(path)
+    assert len(reads) == 4
+
+
 def test_bool_and_none_attributes_are_stored(tmp_path):
     ds = example_dataset().assign_attrs(flag=True, nothing=None)
     back = tsio.read_dataset(tsio.write_dataset(ds, tmp_path / "f.nc"))

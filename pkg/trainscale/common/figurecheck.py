@@ -17,18 +17,21 @@ inspects what its axes hold:
 * **text**: every visible text (tick labels, axis labels, titles, legends, annotations) lies inside the figure
   (no clipped label).
 
-:func:`render_png` gives the bytes :func:`trainscale.common.io.save_figure` would write, so a caller can also check that
-a committed PNG is what its dataset draws.
+:func:`render_png` gives the bytes :func:`trainscale.common.io.save_figure` would write, and :func:`render_rgba` their
+pixels (without encoding them), so that a caller can also check that a committed PNG is what its dataset draws
+(:func:`png_pixels_differ`).
 """
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-__all__ = ["figure_problems", "render_png", "invert_on_purpose", "guide", "ABSURD", "LINEAR_MARGIN", "LOG_MARGIN_DECADES"]
+__all__ = ["figure_problems", "render_png", "render_rgba", "png_pixels_differ", "invert_on_purpose", "guide", "ABSURD",
+           "LINEAR_MARGIN", "LOG_MARGIN_DECADES"]
 
 #: a value larger than this in magnitude is a diverged run or a sentinel, never a quantity to draw
 ABSURD = 1e100
@@ -39,6 +42,8 @@ LINEAR_MARGIN = 1.0
 LOG_MARGIN_DECADES = 1.0
 _PIXEL_TOLERANCE = 1.0
 _GUIDE = "trainscale-guide"
+#: the IEND chunk that ends every PNG (length 0, type, CRC)
+_PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 
 
 def render_png(fig, dpi: int = 150) -> bytes:
@@ -46,6 +51,46 @@ def render_png(fig, dpi: int = 150) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
     return buffer.getvalue()
+
+
+def render_rgba(fig, dpi: int = 150) -> tuple[tuple[int, int], bytes]:
+    """``(width, height)`` in pixels and the RGBA pixels of ``fig`` as :func:`render_png` draws them (the same
+    ``savefig`` and layout passes, without the PNG encoding: a third of the time of a small figure's save)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="raw", dpi=dpi)
+    shown_dpi = fig.dpi
+    fig.set_dpi(dpi)
+    try:
+        width, height = fig.canvas.get_width_height(physical=True)  # the size of the canvas savefig drew
+    finally:
+        fig.set_dpi(shown_dpi)
+    rgba = buffer.getvalue()
+    if len(rgba) != 4 * width * height:
+        raise RuntimeError(f"render_rgba: {len(rgba)} bytes drawn, not 4 x {width} x {height} pixels")
+    return (width, height), rgba
+
+
+def png_pixels_differ(path, size: tuple[int, int], rgba: bytes, dpi: int = 150) -> str | None:
+    """Why the PNG at ``path`` is not the picture ``(size, rgba)`` of :func:`render_rgba` at ``dpi``, as a phrase,
+    or None when it is: same size, resolution and pixels (a PNG holds its pixels losslessly), no metadata but the
+    resolution (as :func:`trainscale.common.io.save_figure` writes) and nothing after the PNG's end."""
+    from PIL import Image
+
+    if not Path(path).read_bytes().endswith(_PNG_END):
+        return "bytes after the PNG's end, or no end"
+    with Image.open(path) as image:
+        if image.format != "PNG" or image.mode != "RGBA":
+            return f"a {image.format} {image.mode} image, not an RGBA PNG"
+        if set(image.info) - {"dpi"}:
+            return f"metadata {sorted(set(image.info) - {'dpi'})} that save_figure does not write"
+        if image.size != tuple(size):
+            return f"{image.size[0]}x{image.size[1]} pixels, drawn {size[0]}x{size[1]}"
+        saved_dpi = image.info.get("dpi", (None,))[0]
+        if saved_dpi is None or abs(saved_dpi - dpi) > 0.5:
+            return f"saved at {saved_dpi} dpi, drawn at {dpi}"
+        if image.tobytes() != rgba:
+            return "other pixels"
+    return None
 
 
 def invert_on_purpose(ax, axis: str = "y") -> None:

@@ -183,3 +183,17 @@ def test_a_constant_up_to_rounding_may_keep_matplotlibs_padding():
     ax2.set_ylim(0.9, 1.1)
     assert figurecheck.figure_problems(fig2, "f.png") == [
         "f.png panel 1: y-axis shows 0.9..1.1, more than 1 of the data's span beyond the data 0.999..1"]
+
+
+def test_verify_lays_a_figure_out_once_and_draws_the_pixels_savefig_draws():
+    """verify's one-pass drawing (the layout engine run alone, then detached) gives savefig's two-pass pixels."""
+    folder = REPO_ROOT / "figures" / "heterogeneous-cluster"
+    for name, draw in registry.load("heterogeneous-cluster").figures.items():
+        with matplotlib.rc_context(plotting.STYLE):
+            two_passes, one_pass = draw(folder), draw(folder)
+            assert two_passes.get_layout_engine() is not None, name
+            try:
+                assert verify._laid_out_once(one_pass) == figurecheck.render_rgba(two_passes), name
+            finally:
+                plt.close(two_passes)
+                plt.close(one_pass)

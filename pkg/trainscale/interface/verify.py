@@ -175,10 +175,9 @@ def check_figures(study: str, figures_dir: str | Path = "figures") -> list[str]:
     """Redraw each figure the study draws from its saved datasets (``FIGURES``) from the committed ones, in
     memory with the project's style: one line per problem the figure check finds, and one where the committed
     PNG is not the redrawn picture (a figure drawn from other data, or by other code: rerun the study). The
-    pixels are compared, as drawn and as decoded from the PNG, with its size and resolution
-    (:func:`~trainscale.common.figurecheck.png_pixels_differ`): the same test as comparing the bytes
-    :func:`~trainscale.common.io.save_figure` writes, less their encoding (its metadata are checked by the
-    tests of the figures' bytes)."""
+    pixels are compared, as drawn and as decoded from the PNG, with its size, resolution and metadata
+    (:func:`~trainscale.common.figurecheck.png_pixels_differ`): what comparing the bytes
+    :func:`~trainscale.common.io.save_figure` writes would test, less their encoding."""
     import matplotlib as mpl
     import matplotlib.pyplot as plt
 

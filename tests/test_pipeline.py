@@ -282,17 +282,35 @@ def test_simulate_many_equals_simulate(schedule, p, v, m):
 
 
 def test_thread_count_does_not_change_results():
-    args = _batch("interleaved", 4, 2, 8, 64, 2)
+    """The batch is cut into 1, 2 or 3 ranges simulated side by side (200 pipelines: at least
+    MIN_ROWS_PER_THREAD a range): the same bytes, the timeline too."""
+    from trainscale.kernels import pipeline as KP
+
+    p, v, m, n = 4, 2, 8, 200
+    args = _batch("interleaved", p, v, m, n, 2)
+    ops = int(KP.ops_per_device(KP.INTERLEAVED, v, m))
+    outs = []
+    for threads in (1, 2, 3):
+        out = (np.empty(n), np.empty(n, np.int64), np.empty((n, p)), np.empty((n, p)), np.empty((n, p, ops)),
+               np.empty((n, p, ops)))
+        KP.simulate_many(KP.INTERLEAVED, p, v, m, args["fwd"], args["bwd"], args["wgrad"], args["send"],
+                         args["act_bytes"], *out, True, threads=threads)
+        outs.append(out)
+    assert np.all(outs[0][1] == KP.OK)
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other):
+            np.testing.assert_array_equal(a, b)
     old = numba.get_num_threads()
-    try:
+    try:  # and through the model's entry point, at Numba's thread counts
         numba.set_num_threads(1)
-        one = P.simulate_many("interleaved", **args, micro_batches=8, interleave=2, timeline=True)
+        one = P.simulate_many("interleaved", **args, micro_batches=m, interleave=v, timeline=True)
         numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-        two = P.simulate_many("interleaved", **args, micro_batches=8, interleave=2, timeline=True)
+        two = P.simulate_many("interleaved", **args, micro_batches=m, interleave=v, timeline=True)
     finally:
         numba.set_num_threads(old)
     for name in ("makespan_s", "busy_s", "peak_activation_bytes", "start_s", "end_s"):
         np.testing.assert_array_equal(getattr(one, name), getattr(two, name))
+    np.testing.assert_array_equal(one.makespan_s, outs[0][0])
 
 
 # --------------------------------------------------------------------------- validation and plotting

@@ -195,6 +195,20 @@ def test_prior_keeps_a_stack_with_few_runs_near_the_reference(monkeypatch):
     assert abs(with_prior - 1.0) < abs(without - 1.0) - 0.02, (with_prior, without)
 
 
+def test_cross_validation_folds_in_two_processes_give_the_serial_numbers():
+    """The folds are independent refits: run in two forked processes they give, bit for bit, what one
+    after another gives (a small problem: the published and BLOOM runs, two folds, a few evaluations)."""
+    runs = [m for m in calibration.fitting_runs(VTRAIN_DIR) if m.dataset in ("published", "deepspeed-ampere")]
+    folds = [("dataset", "deepspeed-ampere"), ("size", "10-60B")]
+    start = catalog.fitted_calibration()
+    serial = calibration._run_folds(runs, folds, start, 3, 1, None)
+    forked = calibration._run_folds(runs, folds, start, 3, 2, None)
+    assert [len(p) for p in serial] == [3, sum(calibration.size_class(m) == "10-60B" for m in runs)]
+    for one, two in zip(serial, forked):
+        assert np.array_equal(one, two)
+    assert calibration._FOLD_RUNS == []  # the parent keeps no copy of the runs
+
+
 def _ranking_dataset(measured, predicted, batch, model="m", gpus=8):
     import xarray as xr
 

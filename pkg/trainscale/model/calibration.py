@@ -190,31 +190,74 @@ def _held_out(runs, leave: Callable[[MeasuredRun], bool], start: dict, max_nfev:
     return test, _predictions(test, result["fitted"])
 
 
+def _leaves(fold: tuple[str, str]) -> Callable[[MeasuredRun], bool]:
+    """Which runs a fold leaves out: ``("dataset", name)`` or ``("size", class name)``."""
+    kind, name = fold
+    return (lambda m: m.dataset == name) if kind == "dataset" else (lambda m: size_class(m) == name)
+
+
+_FOLD_RUNS: list = []  # the runs a forked worker refits (set by the parent before it forks)
+
+
+def _fold_predictions(fold: tuple[str, str], start: dict, max_nfev: int) -> np.ndarray:
+    """The left-out runs' predictions of one fold, refitted without them (in a worker process)."""
+    return _held_out(_FOLD_RUNS, _leaves(fold), start, max_nfev)[1]
+
+
+def _run_folds(runs, folds, start, max_nfev, workers, progress):
+    """Each fold's left-out predictions, in the order of ``folds``: the folds are independent fits, so
+    ``workers`` processes (forked, each given the runs) refit them side by side; the same numbers as
+    one after another."""
+    global _FOLD_RUNS
+    if workers <= 1 or len(folds) <= 1:
+        out = []
+        for fold in folds:
+            if progress:
+                progress(f"{'size class' if fold[0] == 'size' else 'dataset'} {fold[1]}")
+            out.append(_held_out(runs, _leaves(fold), start, max_nfev)[1])
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _FOLD_RUNS = list(runs)
+    try:
+        with ProcessPoolExecutor(min(workers, len(folds)), mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_fold_predictions, fold, start, max_nfev) for fold in folds]
+            out = []
+            for fold, future in zip(folds, futures):
+                out.append(future.result())
+                if progress:
+                    progress(f"{'size class' if fold[0] == 'size' else 'dataset'} {fold[1]}")
+            return out
+    finally:
+        _FOLD_RUNS = []
+
+
 def cross_validate(vtrain: str | Path | None = None, full: dict | None = None, max_nfev: int = 40,
-                   progress: Callable[[str], None] | None = None) -> dict:
+                   progress: Callable[[str], None] | None = None, workers: int | None = None) -> dict:
     """Leave-one-dataset-out and leave-one-size-class-out errors, per left-out group.
 
     A generation or stack whose only runs are left out carries the values of ``carries_from``
-    (Blackwell: Hopper's; a stack: Megatron's): that is the extrapolation being tested."""
+    (Blackwell: Hopper's; a stack: Megatron's): that is the extrapolation being tested. The folds
+    are refitted in ``workers`` processes side by side (default: one per CPU; :func:`_run_folds`)."""
+    import os
+
     runs = fitting_runs(vtrain)
     full = full or fit(vtrain)
+    folds = [("dataset", name) for name in sorted({m.dataset for m in runs})]
+    folds += [("size", name) for _, _, name in SIZE_CLASSES if any(size_class(m) == name for m in runs)]
+    workers = int(workers) if workers is not None else (os.cpu_count() or 1)
+    predictions = _run_folds(runs, folds, full["fitted"], max_nfev, workers, progress)
     out = {"leave_one_dataset_out": {}, "leave_one_size_out": {}}
-    for name in sorted({m.dataset for m in runs}):
-        if progress:
-            progress(f"dataset {name}")
-        test, predicted = _held_out(runs, lambda m, n=name: m.dataset == n, full["fitted"], max_nfev)
-        out["leave_one_dataset_out"][name] = errors_by_dataset(test, predicted)[name]
-    for _, _, name in SIZE_CLASSES:
-        test_runs = [m for m in runs if size_class(m) == name]
-        if not test_runs:
+    for fold, predicted in zip(folds, predictions):
+        test = [m for m in runs if _leaves(fold)(m)]
+        kind, name = fold
+        if kind == "dataset":
+            out["leave_one_dataset_out"][name] = errors_by_dataset(test, predicted)[name]
             continue
-        if progress:
-            progress(f"size class {name}")
-        test, predicted = _held_out(runs, lambda m, n=name: size_class(m) == n, full["fitted"], max_nfev)
-        errors = errors_by_dataset(test, predicted)
         ape = np.abs(predicted / np.array([m.measured for m in test]) - 1.0)
         out["leave_one_size_out"][name] = {"runs": len(test), "mape": float(ape.mean()),
-                                           "worst": float(ape.max()), "by_dataset": errors}
+                                           "worst": float(ape.max()), "by_dataset": errors_by_dataset(test, predicted)}
     return out
 
 

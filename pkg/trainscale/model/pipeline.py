@@ -196,7 +196,8 @@ def simulate(schedule: str, fwd, bwd, wgrad=None, send=None, act_bytes=None, *, 
 
 def simulate_many(schedule: str, fwd, bwd, wgrad=None, send=None, act_bytes=None, *, micro_batches: int,
                   interleave: int = 1, timeline: bool = False) -> PipelineBatch:
-    """Simulate a batch of independent pipelines in parallel (Numba ``prange``).
+    """Simulate a batch of independent pipelines (ranges of the batch side by side in threads, as
+    :func:`trainscale.kernels.pipeline.simulate_many`).
 
     ``fwd``, ``bwd``, ``wgrad``, ``act_bytes``: ``[batch, p * interleave]``; ``send``:
     ``[batch, p * interleave - 1]``; scalars broadcast. All share schedule, ``p``, ``interleave``

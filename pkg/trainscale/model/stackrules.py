@@ -43,6 +43,8 @@ class Condition:
     def holds(self, value, system) -> Any:
         """Where ``value`` (a scalar or an array) meets the condition (a bool or a bool array)."""
         if self.values is not None:
+            if np.ndim(value) == 0:  # one plan (every prediction checks its stack's rules): no array
+                return any(value == allowed for allowed in self.values)
             return np.isin(value, self.values)
         rhs = getattr(system, self.rhs) if isinstance(self.rhs, str) else self.rhs
         return OPERATORS[self.op](value, rhs)

@@ -32,8 +32,33 @@ tuning model discounts the tree so (``busBw = std::min(busBw*.9, maxTreeBw)``, N
 ``src/graph/tuning.cc``, v2.8-2.18), so that at large messages the ring wins, and the tree only
 where the ring's ``2(n-1)`` latencies cost more than the tree's extra tenth of bandwidth time,
 i.e. at many ranks.
-An all-reduce takes the fastest of the three, as NCCL's tuner does; all-gather and reduce-scatter
-are ring-only in NCCL. Because the latency term grows with the step count, the achieved bus
+An all-reduce takes the fastest of the three, as NCCL's tuner does.
+
+PAT (NCCL's Parallel Aggregated Trees, default since NCCL 2.23 where every rank of the group is on
+its own node: ``ncclPatEnable``, ``comm->nNodes != comm->nRanks`` disables it): an all-gather or
+reduce-scatter of a group with one member per node (:func:`node_allgather_time`, which the plans'
+data-parallel and ZeRO-3 collectives use) takes the faster of the ring and PAT, whose latency grows with the logarithm of the group, not its size, and whose
+bus bandwidth is three quarters of the ring's (NVIDIA/nccl 5067397 ``src/graph/tuning.cc``:
+``busBw *= .75``; latency ``log2i(nNodes) * (interLat / 3.5) + nRanks * 2.8`` us):
+
+.. math:: T_\mathrm{PAT} = \lfloor\log_2 n\rfloor\,\frac{\alpha_\mathrm{out}}{3.5} + 2.8\,\mu\mathrm{s}\cdot n
+          + \frac{n-1}{n}\,\frac{S}{0.75\,\eta\,B_\mathrm{out}}
+
+NVLS (NVLink SHARP: the third-generation NVSwitch reduces in the switch, :func:`nvls_allreduce_time`):
+in an all-reduce inside one scale-up domain whose switches do it (``S_NVLS_EFF`` > 0 in the system
+vector) every GPU sends its buffer to the switches once and receives the sum once, so the time
+does not grow with the group; the switches' reduction runs at a share ``e`` of the links' achieved
+rate, after a 25 us start (``hwLatencies`` NVLink NVLS Simple in ``tuning.cc``):
+
+.. math:: T_\mathrm{NVLS} = 25\,\mu\mathrm{s} + \frac{S}{e\,\eta\,B_\mathrm{up}}
+
+On 8 H100 the ring's bus bandwidth is ~370 GB/s and NVLS's algorithm bandwidth ~275 GB/s (its
+nccl-tests bus bandwidth ~480 GB/s, "a 30% improvement"; NCCL's maintainers in NVIDIA/nccl-tests#212
+and NVIDIA/nccl#1442), so ``e`` = 275 / 370 = 0.74 (systems.yaml); with 2-4 GPUs the ring is as fast
+or faster (as measured in NVIDIA/nccl#1455), and the faster one is taken.
+
+:func:`domain_allreduce_time` takes the faster of it and :func:`allreduce_time`; the plans' tensor- and
+data-parallel all-reduces use it. NVLS across domains (NCCL's NVLS-tree) is not priced. Because the latency term grows with the step count, the achieved bus
 bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus efficiency.
 
 All-to-all (expert-parallel dispatch and combine; pairwise exchange, as NCCL's grouped
@@ -62,9 +87,15 @@ import math
 
 from numba import njit
 
-from .layout import S_HOP_LAT, S_LEAF_GPUS, S_OVERSUB, S_SCALE_OUT_BW, S_SCALE_OUT_LAT
+from .layout import (S_GPUS_PER_NODE, S_HOP_LAT, S_LEAF_GPUS, S_NVLS_EFF, S_OVERSUB, S_SCALE_OUT_BW,
+                     S_SCALE_OUT_LAT, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT)
 
 TREE_BUS_FACTOR = 0.9  # NCCL tuning.cc: a tree's bus bandwidth is 0.9 of the ring's
+# NCCL's PAT and NVLS constants (NVIDIA/nccl 5067397, src/graph/tuning.cc)
+PAT_BUS_FACTOR = 0.75  # if (a == NCCL_ALGO_PAT) busBw *= .75
+PAT_LOG_LATENCY_DIVISOR = 3.5  # log2i(nNodes) * (interLat / 3.5)
+PAT_RANK_LATENCY_S = 2.8e-6  # + nRanks * 2.8 us ("still a linear part")
+NVLS_LATENCY_S = 25e-6  # hwLatencies[NVLINK][NVLS][SIMPLE] = 25 us
 
 
 @njit(cache=True)
@@ -91,7 +122,7 @@ def ring_phase_time(nbytes, n, bandwidth, latency, efficiency):
 
 @njit(cache=True)
 def allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, efficiency):
-    """All-gather (equally: reduce-scatter) of a buffer of ``nbytes`` (the gathered size)."""
+    """Ring all-gather (equally: reduce-scatter) of a buffer of ``nbytes`` (the gathered size)."""
     if n <= 1 or nbytes <= 0.0:
         return 0.0
     n_in, n_out = group_split(n, stride, domain)
@@ -102,6 +133,65 @@ def allgather_time(nbytes, n, stride, domain, bw_up, lat_up, bw_out, lat_out, ef
         bus = bw_up
     latency = (n - n_out) * lat_up + (n_out - 1) * lat_out
     return latency + (n - 1) / n * nbytes / (efficiency * bus)
+
+
+@njit(cache=True)
+def node_allgather_time(system, nbytes, n, stride, bw_out, lat_out, efficiency):
+    """All-gather (equally: reduce-scatter) of ``nbytes`` over ``n`` GPUs ``stride`` apart on the system
+    vector's links (``bw_out``, ``lat_out``: the group's scale-out link, :func:`out_link`): the ring
+    (:func:`allgather_time`), or PAT where it is faster and every member is on its own node
+    (``stride`` at least the GPUs of a node, NCCL's ``nNodes == nRanks``)."""
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    ring = allgather_time(nbytes, n, stride, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_out, lat_out,
+                          efficiency)
+    if n > 1 and nbytes > 0.0 and stride >= system[S_GPUS_PER_NODE] and stride >= domain:
+        pat = pat_phase_time(nbytes, n, bw_out, lat_out, efficiency)
+        if pat < ring:
+            return pat
+    return ring
+
+
+@njit(cache=True)
+def pat_phase_time(nbytes, n, bandwidth, latency, efficiency):
+    """NCCL's PAT all-gather (or reduce-scatter) of ``nbytes`` over ``n`` ranks, one per node:
+    ``floor(log2 n)`` network latencies over 3.5, 2.8 us per rank, and the ring's bytes at 0.75
+    of its bus bandwidth."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    steps = 0
+    m = n
+    while m > 1:
+        m >>= 1
+        steps += 1
+    return (steps * latency / PAT_LOG_LATENCY_DIVISOR + n * PAT_RANK_LATENCY_S
+            + (n - 1) / n * nbytes / (PAT_BUS_FACTOR * efficiency * bandwidth))
+
+
+@njit(cache=True)
+def nvls_allreduce_time(nbytes, n, bw_up, efficiency, nvls_efficiency):
+    """All-reduce of ``nbytes`` over ``n`` GPUs of one NVSwitch domain by NVLink SHARP (the switch
+    sums): NCCL's start latency and the buffer once at ``nvls_efficiency`` of the links' achieved
+    rate, whatever ``n``; infinite where the switches cannot (``nvls_efficiency`` 0)."""
+    if n <= 1 or nbytes <= 0.0:
+        return 0.0
+    if nvls_efficiency <= 0.0:
+        return math.inf
+    return NVLS_LATENCY_S + nbytes / (nvls_efficiency * efficiency * bw_up)
+
+
+@njit(cache=True)
+def domain_allreduce_time(system, nbytes, n, stride, bw_out, lat_out, efficiency):
+    """All-reduce of ``nbytes`` over ``n`` GPUs ``stride`` apart on the system vector's links
+    (``bw_out``, ``lat_out``: the group's scale-out link, :func:`out_link`): the fastest of
+    :func:`allreduce_time`'s algorithms and, inside one domain whose switches reduce, NVLS."""
+    domain = int(system[S_SCALE_UP_DOMAIN])
+    best = allreduce_time(nbytes, n, stride, domain, system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT], bw_out, lat_out,
+                          efficiency)
+    if system[S_NVLS_EFF] > 0.0 and group_split(n, stride, domain)[1] == 1:
+        nvls = nvls_allreduce_time(nbytes, n, system[S_SCALE_UP_BW], efficiency, system[S_NVLS_EFF])
+        if nvls < best:
+            best = nvls
+    return best
 
 
 @njit(cache=True)

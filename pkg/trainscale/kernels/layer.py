@@ -32,7 +32,7 @@ from numba import njit
 
 # An integer constant passed to another kernel is written np.int64(n): a literal argument makes Numba compile the
 # callee (and everything it calls) once more for that value, seconds from an empty cache (issue 38 item 5).
-from .collectives import BYTES, allgather_time, allreduce_time, out_link, overlapped_exposed
+from .collectives import BYTES, allgather_time, domain_allreduce_time, out_link, overlapped_exposed
 from .activations import (
     attention_saved_units, dropout_mask_units, mlp_saved_units, recomputes, saved_input_bytes, unfused_score_bytes,
 )
@@ -400,7 +400,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     if sp:
         one = 2.0 * allgather_time(msg, itp, np.int64(1), domain, bw_up, lat_up, bw_t, lat_t, eff)
     else:
-        one = allreduce_time(msg, itp, np.int64(1), domain, bw_up, lat_up, bw_t, lat_t, eff)
+        one = domain_allreduce_time(system, msg, itp, np.int64(1), bw_t, lat_t, eff)  # NVLS where the switches reduce
     tp_pass = 2.0 * one
     tp_fwd = tp_pass
     tp_bwd = tp_pass

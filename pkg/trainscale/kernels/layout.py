@@ -54,7 +54,8 @@ S_SCALE_OUT_LAT = 11
 S_LEAF_GPUS = 12  # GPUs under one tier-1 (leaf) switch of a two-tier fat-tree; 0 = one flat tier
 S_OVERSUB = 13  # leaf oversubscription (downlink / uplink bandwidth); <= 1 = non-blocking
 S_HOP_LAT = 14  # latency per link hop, added to the per-step latency (2 hops in a leaf, 4 via the spine)
-S_SIZE = 15
+S_NVLS_EFF = 15  # NVLink SHARP (NVSwitch multicast) all-reduce: NCCL's nvlsEfficiency for the generation; 0 = none
+S_SIZE = 16
 
 # calibration vector (per accelerator generation)
 C_GEMM_PEAK_EFF = 0  # fitted: best achievable fraction of peak for a large GEMM
@@ -97,7 +98,10 @@ C_EP_A2A_OVERLAP = 35  # per plan: 1 where the expert-parallel all-to-alls run b
 C_MOE_NODE_DEDUP = 36  # per plan: 1 where the dispatcher sends a token once per remote scale-up domain (plan.moe_dispatcher deepep)
 C_SAVED_INPUT_BYTES = 37  # per plan: bytes per element of a linear layer's saved input under a low-precision recipe (its quantized column-wise copy); 0 in bf16 (the 16-bit input itself)
 C_RECOMPUTE_MODULES = 38  # per plan: bitmask (RM_*) of the modules Megatron-Core's selective recomputation re-runs (plan.recompute_modules); RM_CORE_ATTN by default
-C_SIZE = 39
+C_DP_BUCKET_FLOOR = 39  # per stack: fewest parameters in a data-parallel gradient bucket
+C_DP_BUCKET_PER_RANK = 40  # per stack: parameters a bucket adds per data-parallel rank (Megatron-Core: 1e6)
+C_DP_BUCKET_OVERLAP_ONLY = 41  # per stack: 1 where the stack buckets only with overlapped gradient reduction (else one bucket)
+C_SIZE = 42
 
 # recomputation modes
 RC_NONE = 0

@@ -281,10 +281,11 @@ def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zer
     # data-parallel gradient synchronisation, once per step (over dp x cp ranks, tp apart); the
     # expert gradients over the expert-data-parallel ranks (tp*ep apart); in the stack's gradient precision
     g_bytes = calib[C_GRAD_BYTES]
-    dp_reduce, dp_gather = dp_sync_time(system, calib, p_dev, g_bytes, dp * cp, tp, n_shard, dp // n_shard, zero)
+    dp_reduce, dp_gather = dp_sync_time(system, calib, p_dev, p_layer, g_bytes, dp * cp, tp, n_shard, dp // n_shard,
+                                         zero, overlap)
     if moe:
-        e_reduce, e_gather = dp_sync_time(system, calib, pe_dev, g_bytes, e_dp * cp, et * ep, e_shard,
-                                          e_replicas, zero)
+        e_reduce, e_gather = dp_sync_time(system, calib, pe_dev, pe_layer, g_bytes, e_dp * cp, et * ep, e_shard,
+                                          e_replicas, zero, overlap)
         dp_reduce += e_reduce
         dp_gather += e_gather
     dp_time = dp_reduce + dp_gather

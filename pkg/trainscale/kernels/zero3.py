@@ -12,7 +12,7 @@ synchronisation once per step is :mod:`trainscale.kernels.dpsync`.
 
 from numba import njit
 
-from .collectives import BYTES, allgather_time, group_split, out_link, overlapped_exposed
+from .collectives import BYTES, allgather_time, group_split, node_allgather_time, out_link, overlapped_exposed
 from .layout import (
     C_FETCH_S, C_GRAD_BYTES, C_NET_EFF, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_PARAMS_EMBED,
     M_PARAMS_EXPERTS, M_PARAMS_LAYER, M_TENSORS_LAYER, S_SCALE_UP_BW, S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT,
@@ -52,16 +52,16 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
     forward) and its gradients reduce-scattered (in ``calib[C_GRAD_BYTES]`` bytes each: torchtitan
     reduces in fp32), per micro-batch. PyTorch FSDP gathers a layer as
     one flat buffer; DeepSpeed's ZeRO-3 (``per_tensor``) fetches each weight matrix separately
-    (:func:`zero3_tensor_gather_time`). This form scales with bytes: the published 175B ZeRO-3
+    (:func:`zero3_tensor_gather_time`). The flat gathers and the reduce-scatters are NCCL's ring, or PAT
+    where the group has one GPU per node (:func:`~trainscale.kernels.collectives.node_allgather_time`).
+    This form scales with bytes: the published 175B ZeRO-3
     runs (Narayanan et al. 2021, 384-1536 A100) take about as long as every GPU receiving its
     full share of the parameters through its own NIC in each pass, while a cost per tensor
     alone (the form used until 2026-12) fits those three runs but cannot carry to other sizes.
     """
     if n_shard * cp <= 1:
         return 0.0, 0.0, 0.0
-    domain = int(system[S_SCALE_UP_DOMAIN])
     eff = calib[C_NET_EFF]
-    bw_up, lat_up = system[S_SCALE_UP_BW], system[S_SCALE_UP_LAT]
     t = float(tp)
     group = n_shard * cp
     layer_bytes = BYTES * model[M_PARAMS_LAYER] / t
@@ -72,16 +72,16 @@ def zero3_layer_time(model, system, calib, tp, cp, ep, n_shard, e_shard, per_ten
         for i in range(int(model[M_TENSORS_LAYER])):
             gather += zero3_tensor_gather_time(model, system, calib, tp, group, i)
     else:
-        gather = allgather_time(layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
-    scatter = allgather_time(grad_scale * layer_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+        gather = node_allgather_time(system, layer_bytes, group, tp, bw_z, lat_z, eff)
+    scatter = node_allgather_time(system, grad_scale * layer_bytes, group, tp, bw_z, lat_z, eff)
     if model[M_EXPERTS] > 1.0 and e_shard * cp > 1:  # local experts, over the expert-data-parallel ranks
         e_group = e_shard * cp
         e_bytes = BYTES * model[M_PARAMS_EXPERTS] / (t * ep)
         bw_e, lat_e = out_link(system, e_group, tp * ep)
-        gather += allgather_time(e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
-        scatter += allgather_time(grad_scale * e_bytes, e_group, tp * ep, domain, bw_up, lat_up, bw_e, lat_e, eff)
+        gather += node_allgather_time(system, e_bytes, e_group, tp * ep, bw_e, lat_e, eff)
+        scatter += node_allgather_time(system, grad_scale * e_bytes, e_group, tp * ep, bw_e, lat_e, eff)
     embed_bytes = BYTES * model[M_PARAMS_EMBED] / t
-    per_end = 3.0 * allgather_time(embed_bytes, group, tp, domain, bw_up, lat_up, bw_z, lat_z, eff)
+    per_end = 3.0 * node_allgather_time(system, embed_bytes, group, tp, bw_z, lat_z, eff)
     return gather, scatter, per_end
 
 

@@ -16,8 +16,8 @@ from typing import Mapping
 import numpy as np
 
 from ..kernels import layout as K
-from ..kernels.collectives import allgather_time as _allgather_time
-from ..kernels.collectives import allreduce_time as _allreduce_time
+from ..kernels.collectives import domain_allreduce_time as _domain_allreduce_time
+from ..kernels.collectives import node_allgather_time as _node_allgather_time
 from ..kernels.collectives import alltoall_time as _alltoall_time
 from ..kernels.collectives import out_link as _out_link
 from ..kernels.layer import layer_fwd_bwd
@@ -249,13 +249,13 @@ def collective_time_s(system, kind: str, nbytes: float, ranks: int, stride: int 
     svec = system_vector(system)
     eff = calibration_vector(system.generation, calibration, stack)[K.C_NET_EFF]
     bw_out, lat_out = _out_link(svec, int(ranks), int(stride))
-    args = (float(nbytes), int(ranks), int(stride), system.scale_up_domain, svec[K.S_SCALE_UP_BW],
-            svec[K.S_SCALE_UP_LAT], bw_out, lat_out, eff)
-    if kind == "allreduce":
-        return float(_allreduce_time(*args))
+    if kind == "allreduce":  # ring, tree, hierarchical, or NVLS in one NVSwitch domain
+        return float(_domain_allreduce_time(svec, float(nbytes), int(ranks), int(stride), bw_out, lat_out, eff))
     if kind == "alltoall":
-        return float(_alltoall_time(*args))
-    return float(_allgather_time(*args))
+        return float(_alltoall_time(float(nbytes), int(ranks), int(stride), system.scale_up_domain,
+                                    svec[K.S_SCALE_UP_BW], svec[K.S_SCALE_UP_LAT], bw_out, lat_out, eff))
+    # ring, or PAT with one GPU per node
+    return float(_node_allgather_time(svec, float(nbytes), int(ranks), int(stride), bw_out, lat_out, eff))
 
 
 def _layer_costs(model: ModelSpec, system: SystemSpec, plan: PlanSpec, calib: np.ndarray) -> np.ndarray:

@@ -24,6 +24,8 @@ class SystemSpec:
     the bandwidth is divided by ``scale_out_oversubscription`` (default 1.0, non-blocking).
     ``scale_out_hop_latency_s`` (default 0.0: the hops are inside ``scale_out_latency_s``) is
     added per link hop to every scale-out step: 2 hops inside a leaf, 4 across the spine.
+    ``scale_up_nvls_efficiency`` (default 0.0: none) is NCCL's efficiency of an NVLink SHARP
+    all-reduce in the scale-up switches (:func:`trainscale.kernels.collectives.nvls_allreduce_time`).
     """
 
     name: str
@@ -47,6 +49,7 @@ class SystemSpec:
     scale_out_oversubscription: float = 1.0
     scale_out_hop_latency_s: float = 0.0
     peak_flops_fp4: float | None = None  # dense FP4 (NVFP4) tensor-core peak; None: no FP4 tensor cores
+    scale_up_nvls_efficiency: float = 0.0  # NVLS all-reduce in the scale-up switches, NCCL's efficiency; 0: none
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     NUMERIC_FIELDS = (
@@ -54,6 +57,7 @@ class SystemSpec:
         "tdp_W", "idle_W", "gpus_per_node", "scale_up_domain", "scale_up_GBps_per_gpu",
         "scale_up_latency_s", "scale_out_GBps_per_gpu", "scale_out_latency_s", "node_overhead_W",
         "scale_out_leaf_gpus", "scale_out_oversubscription", "scale_out_hop_latency_s", "peak_flops_fp4",
+        "scale_up_nvls_efficiency",
     )
     # optional fields and their defaults (an entry without them loads unchanged)
     # plausible ranges, so that a unit slip (TFLOP/s for FLOP/s, Gb/s for GB/s by 1e3) is an error
@@ -66,9 +70,10 @@ class SystemSpec:
         "scale_up_GBps_per_gpu": (1e-6, 1e6, "GB/s"), "scale_out_GBps_per_gpu": (1e-6, 1e6, "GB/s"),
         "scale_up_latency_s": (0.0, 10.0, "seconds"), "scale_out_latency_s": (0.0, 10.0, "seconds"),
         "scale_out_oversubscription": (1.0, 1e3, "a ratio"), "scale_out_hop_latency_s": (0.0, 1.0, "seconds"),
+        "scale_up_nvls_efficiency": (0.0, 1.0, "a fraction of the scale-up bandwidth (0: no NVLS)"),
     }
     OPTIONAL_DEFAULTS = {"node_overhead_W": 0.0, "scale_out_leaf_gpus": 0, "scale_out_oversubscription": 1.0,
-                         "scale_out_hop_latency_s": 0.0}
+                         "scale_out_hop_latency_s": 0.0, "scale_up_nvls_efficiency": 0.0}
 
     @classmethod
     def overridable_fields(cls) -> tuple[str, ...]:

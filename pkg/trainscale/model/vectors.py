@@ -74,6 +74,7 @@ def system_vector(system: SystemSpec) -> np.ndarray:
     vec[K.S_LEAF_GPUS] = system.scale_out_leaf_gpus
     vec[K.S_OVERSUB] = system.scale_out_oversubscription
     vec[K.S_HOP_LAT] = system.scale_out_hop_latency_s
+    vec[K.S_NVLS_EFF] = system.scale_up_nvls_efficiency
     return vec
 
 
@@ -198,6 +199,10 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_LINEAR_SPEEDUP] = 1.0  # bf16; a plan's precision: plan_calibration_vector
     vec[K.C_STRAGGLER_SPREAD] = params["straggler_spread"]
     vec[K.C_PIPE_PARTITIONED] = 1.0 if stack_fixed.get("pipe_partitioned_gathers", {}).get("value", False) else 0.0
+    bucket = stack_fixed["dp_bucket"]  # how the stack cuts the data-parallel gradients (kernels.dpsync.dp_buckets)
+    vec[K.C_DP_BUCKET_FLOOR] = float(bucket["params_floor"])
+    vec[K.C_DP_BUCKET_PER_RANK] = float(bucket["params_per_rank"])
+    vec[K.C_DP_BUCKET_OVERLAP_ONLY] = 1.0 if bucket["only_with_overlap"] else 0.0
     vec[K.C_MOE_IMBALANCE] = 1.0  # balanced experts; a plan's moe_imbalance: plan_calibration_vector
     vec[K.C_MOE_OP_HOST_S] = common["moe_op_host_s"]["value"]  # used by MoE layers only
     vec[K.C_RECOMPUTE_MODULES] = float(K.RM_CORE_ATTN)  # a selective recompute's default; a plan's: plan_calibration_vector

@@ -29,6 +29,7 @@ SYSTEM_FIELDS: dict[str, tuple[str, str]] = {
     "scale_out_leaf_gpus": ("GPUs", "GPUs under one leaf switch of a two-tier fat-tree (0: one flat tier)"),
     "scale_out_oversubscription": ("1", "leaf-to-spine oversubscription; bandwidth across the spine is divided by it"),
     "scale_out_hop_latency_s": ("s", "latency per switch hop (2 hops inside a leaf, 4 across the spine)"),
+    "scale_up_nvls_efficiency": ("1", "NVLS all-reduce in the scale-up switches, NCCL's share of the links (0: none)"),
 }
 
 

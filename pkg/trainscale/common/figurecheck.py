@@ -55,7 +55,8 @@ def render_png(fig, dpi: int = 150) -> bytes:
 
 def render_rgba(fig, dpi: int = 150) -> tuple[tuple[int, int], bytes]:
     """``(width, height)`` in pixels and the RGBA pixels of ``fig`` as :func:`render_png` draws them (the same
-    ``savefig`` and layout passes, without the PNG encoding: a third of the time of a small figure's save)."""
+    ``savefig`` and layout passes, without the PNG encoding: about 8% of verify's redrawing of the 79 figures,
+    51.9 against 47.5 CPU-s, measured 2026-12-07)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="raw", dpi=dpi)
     shown_dpi = fig.dpi

@@ -4,6 +4,7 @@ returned plan says how far it is from what was measured."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import warnings
@@ -17,7 +18,7 @@ from trainscale.model import catalog, confidence, perfmodel, searchspace, stackr
 from trainscale.model import planner
 from trainscale.interface.cli import main
 from trainscale.kernels import layout as K
-from trainscale.model.specs import RunSpec, SpecError, resolve_model, resolve_system
+from trainscale.model.specs import PlanSpec, RunSpec, SpecError, resolve_model, resolve_system
 
 GPT3, A100 = "gpt3-175b", "dgx-a100-80gb"
 
@@ -153,6 +154,24 @@ def test_each_searched_plan_carries_its_confidence(gpt3_search):
     assert conf["best_measured_mfu_stack"] == pytest.approx(0.563, abs=0.002)
     assert ranked[0]["mfu"] > conf["best_measured_mfu_stack"] + 0.05 and conf["above_best_measured_stack"] is True
     assert conf["above_best_measured"] is False
+
+
+def test_a_plan_is_compared_with_the_best_measured_mfu_of_its_own_precision():
+    """MFU is counted over the BF16 peak, so an FP8 run on H100 reaches 80-87% (the NVIDIA Bridge tables' Llama 3
+    405B): a BF16 plan is compared with the best BF16 run of its generation, an FP8 plan with the best FP8 one,
+    and the precision counts as a differing knob of the nearest run."""
+    bf16 = confidence.best_measured_mfu("hopper", precision="bf16")
+    fp8 = confidence.best_measured_mfu("hopper", precision="fp8")
+    rows = confidence.measured_table("hopper")
+    assert bf16[0] == max(r["mfu"] for r in rows if r["mechanisms"]["precision"] == "bf16") < 0.7
+    assert fp8[0] == max(r["mfu"] for r in rows) > 0.8 and "fp8" in fp8[1]
+    plan = PlanSpec(tp=8, pp=1, dp=8, global_batch=64, micro_batch=1, stack="megatron")
+    system = resolve_system("dgx-h100")
+    conf = confidence.plan_confidence(resolve_model("llama3-70b"), system, plan, 0.8)
+    assert conf["best_measured_mfu"] == bf16[0] and conf["above_best_measured"] is True
+    fp8_plan = dataclasses.replace(plan, precision="fp8")
+    conf8 = confidence.plan_confidence(resolve_model("llama3-70b"), system, fp8_plan, 0.8)
+    assert conf8["best_measured_mfu"] == fp8[0] and conf8["above_best_measured"] is False
 
 
 def test_measured_mfu_of_a_run_that_states_its_mfu(measured):

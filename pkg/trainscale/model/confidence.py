@@ -5,7 +5,8 @@ A plan's *distance* from the validated runs is measured against the runs of its 
 
 - ``knobs_differing``: the mechanisms (:data:`MECHANISMS`: ZeRO stage, recomputation, flash attention,
   sequence parallelism, TP overlap, overlapped gradient reduction, pipelining, interleaving, context and
-  expert parallelism, tensor parallelism across nodes, hybrid sharding, per-tensor ZeRO-3 fetches, torch.compile)
+  expert parallelism, tensor parallelism across nodes, hybrid sharding, per-tensor ZeRO-3 fetches, torch.compile,
+  the precision of the linear layers)
   in which the plan differs from the nearest run, each as ``[plan's, run's]``: each one is a formula of
   the model the run did not test in that combination;
 - ``model_size_ratio`` and ``gpus_ratio``: the plan's parameters and GPUs over the run's.
@@ -14,11 +15,12 @@ The nearest run has the fewest differing mechanisms, then the smallest ``|log si
 ``left_out_error`` is the MAPE of the nearest run's dataset when that dataset is left out of the fit
 (``trainscale calibrate --cv``, stored in calibration_fitted.yaml): how wrong the model was on runs like it
 that it had not seen. ``best_measured_mfu`` is the highest MFU measured on the plan's generation over all
-the measured runs (any stack; each run's measured step and its model FLOPs as the model counts them, so it
-compares with the plan's predicted ``mfu``); ``above_best_measured`` flags a plan predicted above it by
+the measured runs of the plan's precision (any stack; each run's measured step and its model FLOPs as the model
+counts them, over the BF16 peak as the plan's predicted ``mfu`` is, so an FP8 run, whose MFU so counted can pass
+80% on H100, is compared only with FP8 plans); ``above_best_measured`` flags a plan predicted above it by
 more than ``left_out_error`` (``mfu > best * (1 + error)``): an optimum no measurement supports.
 ``best_measured_mfu_stack`` and ``above_best_measured_stack`` do the same with the runs of the plan's stack
-on that generation only.
+on that generation only (of its precision too).
 
 Both need the measured runs of the plan's generation only, each predicted once for its MFU
 (:func:`measured_table`): seconds for the ~1,600 Ampere runs, so the rows are kept on disk next to Numba's
@@ -62,6 +64,7 @@ MECHANISMS = {
     "hybrid_shard": lambda p, s: _shard(p),
     "zero3_per_tensor": lambda p, s: p.zero3_per_tensor and p.zero == 3,
     "compiled": lambda p, s: p.compiled,
+    "precision": lambda p, s: p.precision,
 }
 
 
@@ -87,7 +90,7 @@ def measured_mfu(m) -> float:
 
 TABLE_FIELDS = ("id", "dataset", "stack", "generation", "mechanisms", "params", "gpus", "mfu", "left_out_error")
 # bump when the rows' form or how they are computed changes in a way the hashed files do not show
-TABLE_FORMAT = 1
+TABLE_FORMAT = 2  # 2: the precision among the mechanisms
 
 
 def _table_rows(runs, errors) -> list[dict]:
@@ -197,10 +200,12 @@ def measured_table(generation: str | None = None, use_cache: bool = True) -> tup
     return tuple(rows)
 
 
-def best_measured_mfu(generation: str, stack: str | None = None) -> tuple[float, str] | None:
-    """The highest measured MFU on ``generation`` (of ``stack``'s runs only, if given) and the run that
-    reached it (None: nothing measured)."""
-    rows = [r for r in measured_table(generation) if stack in (None, r["stack"])]
+def best_measured_mfu(generation: str, stack: str | None = None, precision: str | None = None
+                      ) -> tuple[float, str] | None:
+    """The highest measured MFU on ``generation`` (of ``stack``'s runs only, and of ``precision``'s, if given)
+    and the run that reached it (None: nothing measured)."""
+    rows = [r for r in measured_table(generation) if stack in (None, r["stack"])
+            and precision in (None, r["mechanisms"]["precision"])]
     if not rows:
         return None
     best = max(rows, key=lambda r: r["mfu"])
@@ -232,8 +237,8 @@ def nearest_run(model, system: SystemSpec, plan: PlanSpec) -> dict | None:
 def plan_confidence(model, system: SystemSpec, plan: PlanSpec, mfu: float) -> dict:
     """The confidence fields of a plan predicted at ``mfu`` (module docstring)."""
     near = nearest_run(model, system, plan)
-    best = best_measured_mfu(system.generation)
-    best_stack = best_measured_mfu(system.generation, plan.stack)
+    best = best_measured_mfu(system.generation, precision=plan.precision)
+    best_stack = best_measured_mfu(system.generation, plan.stack, plan.precision)
     out = {"nearest_measured_run": near["run"] if near else None,
            "nearest_dataset": near["dataset"] if near else None,
            "knobs_differing": near["knobs_differing"] if near else None,

@@ -14,7 +14,9 @@ with ``B`` the bus bandwidth of the slowest tier, ``min(B_up, n_in B_out)`` once
 the domain (the ``n_in`` GPUs of a domain each drive their own NIC), and the latencies of the
 ``n - 1`` hops a piece travels: ``n_out - 1`` of them cross the network, the others stay inside a
 domain (NCCL's tuning model counts ring steps the same way). An all-reduce
-is a reduce-scatter then an all-gather.
+is a reduce-scatter then an all-gather. Because the latency term grows with the step count, the
+achieved bus bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus
+efficiency.
 
 Tree (NCCL's double binary tree across domains, a chain inside each): latency grows with the
 depth, not the size, of the group, and every byte is sent up and down once:
@@ -37,8 +39,9 @@ An all-reduce takes the fastest of the three, as NCCL's tuner does.
 PAT (NCCL's Parallel Aggregated Trees, default since NCCL 2.23 where every rank of the group is on
 its own node: ``ncclPatEnable``, ``comm->nNodes != comm->nRanks`` disables it): an all-gather or
 reduce-scatter of a group with one member per node (:func:`node_allgather_time`, which the plans'
-data-parallel and ZeRO-3 collectives use) takes the faster of the ring and PAT, whose latency grows with the logarithm of the group, not its size, and whose
-bus bandwidth is three quarters of the ring's (NVIDIA/nccl 5067397 ``src/graph/tuning.cc``:
+data-parallel and ZeRO-3 collectives use) takes the faster of the ring and PAT, whose latency grows
+with the logarithm of the group, not its size, and whose bus bandwidth is three quarters of the
+ring's (NVIDIA/nccl 5067397 ``src/graph/tuning.cc``:
 ``busBw *= .75``; latency ``log2i(nNodes) * (interLat / 3.5) + nRanks * 2.8`` us):
 
 .. math:: T_\mathrm{PAT} = \lfloor\log_2 n\rfloor\,\frac{\alpha_\mathrm{out}}{3.5} + 2.8\,\mu\mathrm{s}\cdot n
@@ -58,8 +61,7 @@ and NVIDIA/nccl#1442), so ``e`` = 275 / 370 = 0.74 (systems.yaml); with 2-4 GPUs
 or faster (as measured in NVIDIA/nccl#1455), and the faster one is taken.
 
 :func:`domain_allreduce_time` takes the faster of it and :func:`allreduce_time`; the plans' tensor- and
-data-parallel all-reduces use it. NVLS across domains (NCCL's NVLS-tree) is not priced. Because the latency term grows with the step count, the achieved bus
-bandwidth ``(n-1)/n * S / T`` rises with message size: that is the size-dependent bus efficiency.
+data-parallel all-reduces use it. NVLS across domains (NCCL's NVLS-tree) is not priced.
 
 All-to-all (expert-parallel dispatch and combine; pairwise exchange, as NCCL's grouped
 send/receive): every GPU holds ``S`` bytes, ``S/n`` for each member. The ``n_in - 1`` peers in

@@ -21,7 +21,8 @@ import math
 from numba import njit
 
 from .collectives import BYTES, domain_allreduce_time, node_allgather_time, out_link
-from .layout import C_BF16_OPTIMIZER, C_DP_BUCKET_FLOOR, C_DP_BUCKET_OVERLAP_ONLY, C_DP_BUCKET_PER_RANK, C_NET_EFF
+from .layout import (C_BF16_OPTIMIZER, C_DP_BUCKET_FLOOR, C_DP_BUCKET_OVERLAP_ONLY, C_DP_BUCKET_PER_BLOCK,
+                     C_DP_BUCKET_PER_RANK, C_NET_EFF)
 
 
 @njit(cache=True)
@@ -29,12 +30,12 @@ def dp_buckets(calib, params, layer_params, group_ranks, overlap):
     """How many buckets the stack cuts ``params`` gradients into over ``group_ranks`` data-parallel
     ranks: ``ceil(params / max(floor, per_rank x group_ranks))`` (``calib``'s ``C_DP_BUCKET_*``), one
     where the stack buckets only with overlapped reduction and ``overlap`` is off, and one per layer
-    (``layer_params`` each) where the stack reduces per wrapped block (``C_DP_BUCKET_FLOOR`` < 0: FSDP)."""
+    (``layer_params`` each) where the stack reduces per wrapped block (``C_DP_BUCKET_PER_BLOCK``: FSDP)."""
     if params <= 0.0:
         return 1.0
     if calib[C_DP_BUCKET_OVERLAP_ONLY] > 0.0 and not overlap:
         return 1.0
-    if calib[C_DP_BUCKET_FLOOR] < 0.0:
+    if calib[C_DP_BUCKET_PER_BLOCK] > 0.0:
         size = layer_params
     else:
         size = max(calib[C_DP_BUCKET_FLOOR], calib[C_DP_BUCKET_PER_RANK] * group_ranks)

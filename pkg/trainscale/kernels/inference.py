@@ -65,7 +65,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .collectives import allgather_time, allreduce_time
+from .collectives import allgather_time, domain_allreduce_time
 from .compute import gemm_efficiency, gemm_time, memory_bound_time
 from .layout import (
     C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_NET_EFF, C_TILE_M, C_TILE_N,
@@ -159,10 +159,11 @@ def mlp_block_time(b, s_k, h, f, nf, t, peak, hbm, sms, calib):
 
 @njit(cache=True)
 def tp_allreduce_time(nbytes, t, system, calib):
-    """All-reduce of ``nbytes`` over ``t`` consecutive GPUs (the tensor-parallel group)."""
-    return allreduce_time(nbytes, int(t), 1, int(system[S_SCALE_UP_DOMAIN]), system[S_SCALE_UP_BW],
-                          system[S_SCALE_UP_LAT], system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT],
-                          calib[C_NET_EFF])
+    """All-reduce of ``nbytes`` over ``t`` consecutive GPUs (the tensor-parallel group), as the training
+    plans' (:func:`~trainscale.kernels.collectives.domain_allreduce_time`: NVLS where the domain's
+    switches reduce)."""
+    return domain_allreduce_time(system, nbytes, int(t), 1, system[S_SCALE_OUT_BW], system[S_SCALE_OUT_LAT],
+                                 calib[C_NET_EFF])
 
 
 @njit(cache=True)

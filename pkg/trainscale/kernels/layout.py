@@ -101,7 +101,8 @@ C_RECOMPUTE_MODULES = 38  # per plan: bitmask (RM_*) of the modules Megatron-Cor
 C_DP_BUCKET_FLOOR = 39  # per stack: fewest parameters in a data-parallel gradient bucket
 C_DP_BUCKET_PER_RANK = 40  # per stack: parameters a bucket adds per data-parallel rank (Megatron-Core: 1e6)
 C_DP_BUCKET_OVERLAP_ONLY = 41  # per stack: 1 where the stack buckets only with overlapped gradient reduction (else one bucket)
-C_SIZE = 42
+C_DP_BUCKET_PER_BLOCK = 42  # per stack: 1 where the stack reduces each wrapped block (a layer) as its own bucket (FSDP)
+C_SIZE = 43
 
 # recomputation modes
 RC_NONE = 0

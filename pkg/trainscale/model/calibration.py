@@ -21,6 +21,7 @@ with ``--cv``, the cross-validated errors.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -204,6 +205,11 @@ def _fold_predictions(fold: tuple[str, str], start: dict, max_nfev: int) -> np.n
     return _held_out(_FOLD_RUNS, _leaves(fold), start, max_nfev)[1]
 
 
+def _fold_name(fold: tuple[str, str]) -> str:
+    """How the progress line names a fold: ``dataset X`` or ``size class X``."""
+    return f"{'size class' if fold[0] == 'size' else 'dataset'} {fold[1]}"
+
+
 def _run_folds(runs, folds, start, max_nfev, workers, progress):
     """Each fold's left-out predictions, in the order of ``folds``: the folds are independent fits, so
     ``workers`` processes (forked, each given the runs) refit them side by side; the same numbers as
@@ -213,7 +219,7 @@ def _run_folds(runs, folds, start, max_nfev, workers, progress):
         out = []
         for fold in folds:
             if progress:
-                progress(f"{'size class' if fold[0] == 'size' else 'dataset'} {fold[1]}")
+                progress(_fold_name(fold))
             out.append(_held_out(runs, _leaves(fold), start, max_nfev)[1])
         return out
     import multiprocessing
@@ -227,7 +233,7 @@ def _run_folds(runs, folds, start, max_nfev, workers, progress):
             for fold, future in zip(folds, futures):
                 out.append(future.result())
                 if progress:
-                    progress(f"{'size class' if fold[0] == 'size' else 'dataset'} {fold[1]}")
+                    progress(_fold_name(fold))
             return out
     finally:
         _FOLD_RUNS = []
@@ -240,8 +246,6 @@ def cross_validate(vtrain: str | Path | None = None, full: dict | None = None, m
     A generation or stack whose only runs are left out carries the values of ``carries_from``
     (Blackwell: Hopper's; a stack: Megatron's): that is the extrapolation being tested. The folds
     are refitted in ``workers`` processes side by side (default: one per CPU; :func:`_run_folds`)."""
-    import os
-
     runs = fitting_runs(vtrain)
     full = full or fit(vtrain)
     folds = [("dataset", name) for name in sorted({m.dataset for m in runs})]

@@ -203,6 +203,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     vec[K.C_DP_BUCKET_FLOOR] = float(bucket["params_floor"])
     vec[K.C_DP_BUCKET_PER_RANK] = float(bucket["params_per_rank"])
     vec[K.C_DP_BUCKET_OVERLAP_ONLY] = 1.0 if bucket["only_with_overlap"] else 0.0
+    vec[K.C_DP_BUCKET_PER_BLOCK] = 1.0 if bucket.get("per_block", False) else 0.0
     vec[K.C_MOE_IMBALANCE] = 1.0  # balanced experts; a plan's moe_imbalance: plan_calibration_vector
     vec[K.C_MOE_OP_HOST_S] = common["moe_op_host_s"]["value"]  # used by MoE layers only
     vec[K.C_RECOMPUTE_MODULES] = float(K.RM_CORE_ATTN)  # a selective recompute's default; a plan's: plan_calibration_vector

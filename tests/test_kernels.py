@@ -513,6 +513,38 @@ def test_every_caller_shares_one_compiled_layer_and_plan():
     assert proc.stdout.split() == ["1", "1"], proc.stdout
 
 
+@pytest.mark.slow
+def test_no_kernel_is_compiled_for_a_literal_argument(tmp_path):
+    """From an empty cache (so each callee is compiled, not loaded inside its caller's cached code), the same calls
+    as above leave no kernel with a ``Literal`` argument type: a constant passed from one kernel to another is
+    written ``np.int64(n)``, else Numba compiles the callee and all it calls once more for that value (the dense
+    grid passed ``0, 0`` for the pipeline's end layers: a second ``plan_costs``, ~13 s from an empty cache; the
+    recompute-module bits compiled ``recomputes`` seven times)."""
+    script = textwrap.dedent("""
+        import contextlib, importlib, io, pkgutil
+        from numba.core.registry import CPUDispatcher
+        import trainscale.kernels as K
+        from trainscale.interface.cli import main
+        from trainscale.model import perfmodel, planner
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["predict", "examples/runs.yaml"]) == 0
+        perfmodel.evaluate_grid("llama2-7b", "dgx-h100", 16, 64, tp=[1, 2], pp=[1, 2])
+        planner.search("llama2-7b", "dgx-h100", gpus=16, global_batch=32, top=1)
+        for info in pkgutil.iter_modules(K.__path__):
+            mod = importlib.import_module("trainscale.kernels." + info.name)
+            for name, obj in vars(mod).items():
+                if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == mod.__name__:
+                    for sig in obj.signatures:
+                        if "Literal" in str(sig):
+                            print(mod.__name__, name, sig)
+    """)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
+                          cwd=REPO_ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "", proc.stdout[:2000]
+
+
 def test_a_new_shell_predicts_from_the_cache_make_setup_filled():
     """No NUMBA_CACHE_DIR (an activated venv): the second `trainscale predict` loads every kernel, compiles none."""
     from trainscale import kernels

@@ -45,6 +45,7 @@ re-run (:func:`trainscale.kernels.layer.layer_costs`). Without sequence parallel
 from the tensor-parallel shard.
 """
 
+import numpy as np
 from numba import njit
 
 from .layout import (
@@ -106,9 +107,9 @@ def attention_saved_units(model, h, kv, qw, calib):
     expanded = 2.0 * a * (2.0 * d_qk + model[M_V_HEAD])
     latents = (2.0 + q_i) * q_lora + 2.0 * (kv_lora + model[M_QK_POS]) + q_i * kv_lora
     kept = mask + q_i + (latents + expanded + (2.0 + q_copy) * a * model[M_V_HEAD]) / h
-    if recomputes(calib, RM_MLA_UP_PROJ):
+    if recomputes(calib, np.int64(RM_MLA_UP_PROJ)):
         discarded += expanded / h
-    if recomputes(calib, RM_LAYERNORM) and q_copy == 0.0:  # bf16: the norm's output is the down projections' input
+    if recomputes(calib, np.int64(RM_LAYERNORM)) and q_copy == 0.0:  # bf16: the norm's output is the down projections' input
         discarded += 2.0
     return kept - discarded, discarded
 
@@ -121,7 +122,7 @@ def mlp_saved_units(model, h, f, nf, calib, imbalance):
     inner = 2.0 * (nf - 1.0) * f + q_i * f  # the first GEMM's output and the activation's (the second's input)
     if model[M_EXPERTS] <= 1.0:
         kept = mask + q_i + inner / h
-        if recomputes(calib, RM_MLP):
+        if recomputes(calib, np.int64(RM_MLP)):
             return mask, kept - mask
         return kept, 0.0
     routed = model[M_CAPACITY] * model[M_TOP_K] * imbalance
@@ -131,13 +132,13 @@ def mlp_saved_units(model, h, f, nf, calib, imbalance):
     if fs > 0.0:
         shared = q_copy + (2.0 * (nf - 1.0) * fs + q_i * fs) / h
     kept = 2.0 + mask + experts + shared  # the norm's 16-bit output (the router's input) and the mask
-    if recomputes(calib, RM_MOE):
+    if recomputes(calib, np.int64(RM_MOE)):
         return 2.0 + mask, kept - 2.0 - mask
     discarded = 0.0
-    if recomputes(calib, RM_MOE_ACT):
+    if recomputes(calib, np.int64(RM_MOE_ACT)):
         discarded += routed * q_i * f / h
-    if recomputes(calib, RM_SHARED_EXPERTS):
+    if recomputes(calib, np.int64(RM_SHARED_EXPERTS)):
         discarded += shared
-    if recomputes(calib, RM_LAYERNORM):  # the pre-MLP norm's output, the router's 16-bit input
+    if recomputes(calib, np.int64(RM_LAYERNORM)):  # the pre-MLP norm's output, the router's 16-bit input
         discarded += 2.0
     return kept - discarded, discarded

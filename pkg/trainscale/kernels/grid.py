@@ -31,7 +31,7 @@ def grid_plan_costs(model, system, calib, lc, gpus, global_batch, tp, pp, cp, v,
     ways = tp * pp * cp
     dp = gpus // ways if gpus % ways == 0 else 0
     plan_costs(model, system, calib, lc, gpus, tp, pp, dp if dp > 0 else 1, cp, v, mb, global_batch, rc, zero,
-               shard, overlap, per_tensor, out, ep, 0, 0, ends if pp > 1 else 0, etp)
+               shard, overlap, per_tensor, out, ep, np.int64(0), np.int64(0), ends if pp > 1 else 0, etp)
     if dp == 0:
         reason = out[O_REASON]
         out[:] = np.nan

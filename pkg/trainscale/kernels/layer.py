@@ -224,21 +224,21 @@ def module_recompute_times(calib, moe, up_s, norm_bytes, ffn_gemm_s, shared_gemm
     tp_s = 0.0
     permute_s = 0.0
     ep_s = 0.0
-    if recomputes(calib, RM_MLA_UP_PROJ):
+    if recomputes(calib, np.int64(RM_MLA_UP_PROJ)):
         seconds += up_s
-    if recomputes(calib, RM_LAYERNORM) and norm_bytes > 0.0:
+    if recomputes(calib, np.int64(RM_LAYERNORM)) and norm_bytes > 0.0:
         seconds += memory_bound_time(norm_bytes, 1.0, hbm_bw, calib)
     if not moe:
-        if recomputes(calib, RM_MLP):
+        if recomputes(calib, np.int64(RM_MLP)):
             seconds += ffn_gemm_s + memory_bound_time(routed_fn_bytes, 1.0, hbm_bw, calib)
             tp_s += 0.5 * tp_fwd
         return seconds, tp_s, permute_s, ep_s
-    if recomputes(calib, RM_MOE):
+    if recomputes(calib, np.int64(RM_MOE)):
         seconds += ffn_gemm_s + memory_bound_time(routed_fn_bytes + shared_fn_bytes, 2.0, hbm_bw, calib)
         return seconds, tp_s, moe_fwd, ep_fwd
-    if recomputes(calib, RM_MOE_ACT):
+    if recomputes(calib, np.int64(RM_MOE_ACT)):
         seconds += memory_bound_time(routed_fn_bytes, 1.0, hbm_bw, calib)
-    if recomputes(calib, RM_SHARED_EXPERTS) and shared_fn_bytes > 0.0:
+    if recomputes(calib, np.int64(RM_SHARED_EXPERTS)) and shared_fn_bytes > 0.0:
         seconds += shared_gemm_s + memory_bound_time(shared_fn_bytes, 1.0, hbm_bw, calib)
     return seconds, tp_s, permute_s, ep_s
 
@@ -249,15 +249,15 @@ def module_recompute_flops(model, calib, tokens, latent, moe):
     h = model[M_HIDDEN]
     nf = model[M_FFN_MATS]
     flops = 0.0
-    if latent and recomputes(calib, RM_MLA_UP_PROJ):
+    if latent and recomputes(calib, np.int64(RM_MLA_UP_PROJ)):
         flops += up_projection_flops(model, tokens)
     shared = 2.0 * nf * tokens * h * model[M_SHARED_FFN]
     if not moe:
-        if recomputes(calib, RM_MLP):
+        if recomputes(calib, np.int64(RM_MLP)):
             flops += 2.0 * nf * tokens * h * model[M_FFN]
-    elif recomputes(calib, RM_MOE):
+    elif recomputes(calib, np.int64(RM_MOE)):
         flops += 2.0 * nf * tokens * h * model[M_FFN] * model[M_TOP_K] + 2.0 * tokens * h * model[M_EXPERTS] + shared
-    elif recomputes(calib, RM_SHARED_EXPERTS):
+    elif recomputes(calib, np.int64(RM_SHARED_EXPERTS)):
         flops += shared
     return flops
 
@@ -445,7 +445,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         recomp = fwd_gemm + fwd_elem
     elif rc == RC_SELECTIVE:
         recomp = recomputed * (fwd_gemm - f_sc - f_av + fwd_elem)
-        if not flash and recomputes(calib, RM_CORE_ATTN):  # the attention core, its scores re-materialised
+        if not flash and recomputes(calib, np.int64(RM_CORE_ATTN)):  # the attention core, its scores re-materialised
             recomp += f_sc + f_av + attn_elem
         # Megatron-Core's named modules (plan.recompute_modules): their forward again before their backward
         up_s = up_projection_time(model, im, itp, lin, hbm, sms, calib)[0] if latent else 0.0
@@ -502,7 +502,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     elif rc == RC_SELECTIVE:  # a stack's own selective checkpointing keeps only the input of its
         # recomputed share (as full recomputation) and re-materialises it in the backward
         share = calib[C_SELECTIVE_SHARE]
-        kept_scores = 0.0 if (not flash and recomputes(calib, RM_CORE_ATTN)) else scores
+        kept_scores = 0.0 if (not flash and recomputes(calib, np.int64(RM_CORE_ATTN))) else scores
         act = (1.0 - share) * (dense - gone + kept_scores) + share * BYTES * m * h / (t if sp else 1.0)
         work = grads + (scores - kept_scores) + share * (dense + scores) + gone
     else:

@@ -35,13 +35,14 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 # EP all-to-all overlap their release's config turns on (data/bridge_archive.py EP_A2A_OVERLAP), and bridge-2604 when
 # one took its DeepEP dispatcher (MOE_DISPATCHER); re-recorded when PlanSpec gained recompute_modules
 # (default ''; the same check) and bridge-2602, -2604, -2606 and -mla when 22 rows took the modules their release's
-# config recomputes (RECOMPUTE_MODULES).
+# config recomputes (RECOMPUTE_MODULES); bridge-2602, -2604, -2606, -blackwell and -hopper when their 17 GPT-OSS rows
+# took the unfused rotary kernel (rotary_kernel rotate_half: Megatron-Bridge does not fuse YaRN's rotary embeddings).
 PLAN_HASHES_BEFORE = {
-    "bridge-2602": "86c1c73a7fb416b5 33",
-    "bridge-2604": "7f62ccd7c42a89dc 32",
-    "bridge-2606": "87bc75327b89eca9 11",
-    "bridge-blackwell": "a86161f2582bf4b0 14",
-    "bridge-hopper": "535e2ca12e7fb6bf 6",
+    "bridge-2602": "2ad69130b52f9798 33",
+    "bridge-2604": "1858b04eca3e2717 32",
+    "bridge-2606": "3e65f62c664177a1 11",
+    "bridge-blackwell": "f96ba879c7492a34 14",
+    "bridge-hopper": "6aa0972b6e5be569 6",
     "bridge-mla": "4fd7ff7aa519156c 3",
     "calculon": "92e1e558ce9750a9 8",
     "deepspeed-ampere": "42916ee42e385f85 3",

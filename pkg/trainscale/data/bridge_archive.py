@@ -262,6 +262,8 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
     note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} and CUDA graphs not stated: NeMo defaults")
     if moe and not a2a:
         note.append("EP all-to-all overlap off in the release's config")
+    if template["rotary_kernel"]:
+        note.append(f"rotary_kernel {template['rotary_kernel']} as this model's 25.11 row (its note gives the source)")
     out["note"] = "; ".join(note)
     return out, ""
 

@@ -200,8 +200,9 @@ def test_every_bridge_moe_row_fits_but_the_known_misses():
 
 # measured 2026-12-06 on this model (nothing fitted to these rows): 45.7% over the 12 MoE rows with the MoE host
 # issue term (moe_host: kernels.moe.moe_host_time), 55.1% without it, 57.9% before the dispatch / permutation /
-# imbalance terms of issue 36; the guard leaves about 5 points of margin
-BRIDGE_MOE_MAPE_BOUND = 51.0
+# imbalance terms of issue 36; 41.4% (2026-12-07) with GPT-OSS's expert biases, clamped GLU and unfused rotary
+# embeddings priced (kernels.moe.expert_bias_time, glu_clamp_time); the guard leaves about 5 points of margin
+BRIDGE_MOE_MAPE_BOUND = 46.0
 
 
 def test_bridge_moe_rows_mape_regression_guard():

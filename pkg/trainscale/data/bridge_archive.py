@@ -44,7 +44,8 @@ PRECISIONS = {"BF16": ("bf16", "", "bf16"), "FP8-CS": ("fp8", "current", "fp8-cs
 SHAPE = ("params_b", "layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_heads", "ffn_type", "position_embedding",
          "rotary_kernel", "experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers",
          "dense_ffn_hidden", "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-         "v_head_dim", "hidden_dropout", "attention_dropout")
+         "v_head_dim", "hidden_dropout", "attention_dropout", "expert_bias",
+         "activation_func_clamp_value")
 FOOTNOTE = re.compile(r"\[\^([^\]]+)\]")
 # Megatron-Core's batch-level EP all-to-all overlap (plan.overlap_moe_expert_parallel_comm) where the release's own
 # performance scripts turn it on: moe_a2a_overlap=True in the row's workload base config (the default config variant,

@@ -48,12 +48,13 @@ from .layout import (
     C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
     L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE, L_FWD_MOE_HOST,
     L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP, L_RECOMP_TP, L_TP_TOTAL, L_WORK_BYTES,
-    M_CAPACITY, M_EXPERTS, M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_PARAMS_LAYER, M_ROTARY,
+    M_CAPACITY, M_EXPERT_BIAS, M_EXPERTS, M_FFN, M_FFN_MATS, M_GLU_CLAMP, M_HEADS, M_HIDDEN, M_PARAMS_LAYER, M_ROTARY,
     M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, RM_CORE_ATTN, RM_LAYERNORM, RM_MLA_UP_PROJ,
     RM_MLP, RM_MOE, RM_MOE_ACT, RM_SHARED_EXPERTS, S_HBM_BW, S_PEAK_FLOPS, S_SCALE_UP_BW,
     S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS,
 )
-from .moe import ep_overlapped_times, moe_dispatch_time, moe_host_time, moe_permute_time
+from .moe import (ep_overlapped_times, expert_bias_time, glu_clamp_time, moe_dispatch_time, moe_host_time,
+                  moe_permute_time)
 
 ELEMENTWISE_KERNELS_PER_LAYER = 12.0
 # DeepSpeed's BF16_Optimizer adds each micro-batch's gradients into its fp32 buffer, per parameter:
@@ -434,6 +435,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
                                             calib)
         host_fwd, host_bwd = moe_host_time(local, ep, int(et), calib[C_CAST_BYTES] > 0.0, calib[C_MOE_OP_HOST_S],
                                            calib[C_KERNEL_S])
+        if model[M_EXPERT_BIAS] > 0.0:  # the second expert linear's bias, expert by expert
+            bias_fwd, bias_bwd = expert_bias_time(routed, h, local, t, et, calib[C_MOE_IMBALANCE], hbm,
+                                                  calib[C_MOE_OP_HOST_S], calib)
+            moe_fwd += bias_fwd
+            moe_bwd += bias_bwd
+        if model[M_GLU_CLAMP] > 0.0:  # a clamped GLU's clamp, in PyTorch before the fused activation
+            clamp_fwd, clamp_bwd = glu_clamp_time(received * f / t, recomputes(calib, np.int64(RM_MOE_ACT)), hbm,
+                                                  calib)
+            moe_fwd += clamp_fwd
+            moe_bwd += clamp_bwd
 
     # recomputation in the backward pass: the share of the forward's weight GEMMs, element-wise work
     # and TP collectives it repeats (full: all; selective: Megatron's attention core only, a stack's

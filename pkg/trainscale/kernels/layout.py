@@ -35,7 +35,9 @@ M_V_HEAD = 23  # channels per head of the values (and of the attention output)
 # dropout probabilities (trainscale.model.model_spec.ModelSpec): a dropout keeps a 1-byte mask only where its p > 0
 M_HIDDEN_DROPOUT = 24  # after the attention and the MLP blocks (Megatron-Core's hidden_dropout)
 M_ATTENTION_DROPOUT = 25  # on the attention probabilities (attention_dropout)
-M_SIZE = 26
+M_EXPERT_BIAS = 26  # 1 where the experts' linear layers carry biases (GPT-OSS; kernels.moe.expert_bias_time)
+M_GLU_CLAMP = 27  # the clamp of a clamped GLU (activation_func_clamp_value; 0: none; kernels.moe.glu_clamp_time)
+M_SIZE = 28
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0

@@ -34,6 +34,22 @@ from .layout import C_MOE_NODE_DEDUP, C_NET_EFF, S_SCALE_UP_BW, S_SCALE_UP_DOMAI
 # (4 + 4 + 1 bytes per score element); its backward reads the probabilities and their gradient and
 # writes the logits' gradient (4 + 4 + 4)
 ROUTER_SCORE_BYTES = (9.0, 12.0)
+# The second expert linear's bias where the experts have biases (GPT-OSS), which Megatron-Core's TEGroupedMLP adds
+# outside the grouped GEMM, expert by expert: torch.cat([t + b * p for each local expert]).to(dtype)
+# (TEGroupedMLP._apply_bias, NVIDIA/Megatron-LM core_r0.16 megatron/core/transformer/moe/experts.py; the same in
+# the 26.02-26.04 containers' Megatron-Core). HBM bytes per element of the received copies (rows x h), 16-bit
+# probabilities (moe_router_dtype unset): forward, b * p (write 2), t + bp (read 4, write 2), the cat (read 2, write
+# 2) = 12; backward, for the bias and for the probabilities a product with the output gradient (read 2, write 2) and
+# its reduction (read 2), and the split's gradient gathered into one tensor (read 2, write 2) = 16
+EXPERT_BIAS_BYTES = (12.0, 16.0)
+# The clamp of a clamped GLU (GPT-OSS: activation_func_clamp_value 7), which Megatron-Core runs in PyTorch before its
+# fused weighted quick-GeGLU kernel: x_glu.clamp(max=c) and x_linear.clamp(-c, c) on the two halves of the first
+# expert linear's 2 f wide output, then torch.cat of the two (weighted_bias_quick_geglu_impl, NVIDIA/Megatron-LM
+# megatron/core/fusions/fused_bias_geglu.py, the same at b0cc2706, d7288711 and d0b3b775, the 26.02-26.06
+# containers'). HBM bytes per element of one half (f per copy), 16 bits: forward, each clamp reads and writes its
+# half (2 x 4) and the cat reads and writes both (8) = 16; backward, each clamp's gradient reads the gradient and its
+# saved input and writes (2 x 6), and the chunk's gradient gathers the two halves into one tensor (8) = 20
+GLU_CLAMP_BYTES = (16.0, 20.0)
 
 
 @njit(cache=True)
@@ -124,6 +140,48 @@ def moe_permute_time(routed, m, h, experts, local, tp, et, imbalance, hbm_bw, ca
     kernels = 5.0 if local > 1 else 3.0
     fwd = memory_bound_time(BYTES * h * rows_fwd + ROUTER_SCORE_BYTES[0] * pairs, kernels, hbm_bw, calib)
     bwd = memory_bound_time(BYTES * h * rows_bwd + ROUTER_SCORE_BYTES[1] * pairs, kernels, hbm_bw, calib)
+    return fwd, bwd
+
+
+@njit(cache=True)
+def expert_bias_time(routed, h, local, tp, et, imbalance, hbm_bw, op_s, calib):
+    r"""(forward, backward) seconds of the second expert linear's bias on one GPU, where the experts have biases
+    (``model.expert_bias``, GPT-OSS): Megatron-Core adds it outside the grouped GEMM in a Python loop over the
+    ``E_l`` local experts (``TEGroupedMLP._apply_bias``), one product and one sum per expert, over the ``\iota r
+    e_t / t`` copies this GPU's experts receive (as :func:`moe_permute_time` counts them), ``h`` wide,
+    :data:`EXPERT_BIAS_BYTES` per element.
+
+    Forward: the host issues ``2 E_l + 4`` Python-level ops (the two splits, the products and sums, the cat and
+    the cast) at ``t_op`` each (:data:`~trainscale.kernels.layout.C_MOE_OP_HOST_S`) after the dispatcher's sync,
+    as :func:`moe_host_time` counts its own; the GPU's ``2 E_l + 1`` memory-bound kernels run beside them, and the
+    longer of the two is charged. Backward: autograd's engine issues ``4 E_l + 1`` kernels (a product and a
+    reduction for the bias and for the probabilities, per expert, and the split's gradient), priced by
+    :func:`~trainscale.kernels.compute.memory_bound_time` with their launches:
+
+    .. math:: t_\mathrm{fwd} = \max\left((2E_l + 4)\,t_\mathrm{op},\ \frac{12\,\iota r e_t h / t}{\eta B}
+              + (2E_l + 1)\,t_l\right), \qquad
+              t_\mathrm{bwd} = \frac{16\,\iota r e_t h / t}{\eta B} + (4E_l + 1)\,t_l"""
+    elements = imbalance * routed * et / tp * h
+    fwd_gpu = memory_bound_time(EXPERT_BIAS_BYTES[0] * elements, 2.0 * local + 1.0, hbm_bw, calib)
+    fwd_host = (2.0 * local + 4.0) * op_s
+    bwd = memory_bound_time(EXPERT_BIAS_BYTES[1] * elements, 4.0 * local + 1.0, hbm_bw, calib)
+    return (fwd_gpu if fwd_gpu > fwd_host else fwd_host), bwd
+
+
+@njit(cache=True)
+def glu_clamp_time(half_elements, recomputed, hbm_bw, calib):
+    r"""(forward, backward) seconds of a clamped GLU's clamp on one GPU (``model.activation_func_clamp_value`` > 0,
+    GPT-OSS): three memory-bound kernels each pass over the ``n`` elements of one half of the experts' first linear
+    output (``n`` = the received copies x ``f / t``), :data:`GLU_CLAMP_BYTES` per element; where the plan
+    recomputes the experts' activation (``recomputed``: Megatron-Core's ``moe_act`` module) the backward runs the
+    forward's again:
+
+    .. math:: t_\mathrm{fwd} = \frac{16 n}{\eta B} + 3 t_l, \qquad
+              t_\mathrm{bwd} = \frac{20 n}{\eta B} + 3 t_l + [\mathrm{recomputed}]\, t_\mathrm{fwd}"""
+    fwd = memory_bound_time(GLU_CLAMP_BYTES[0] * half_elements, 3.0, hbm_bw, calib)
+    bwd = memory_bound_time(GLU_CLAMP_BYTES[1] * half_elements, 3.0, hbm_bw, calib)
+    if recomputed:
+        bwd += fwd
     return fwd, bwd
 
 

@@ -188,7 +188,7 @@ def _position_embedding(row: Mapping) -> str:
 def _public_model(row: Mapping) -> str | ModelSpec:
     positions = _position_embedding(row)
     if row["model"] in catalog.models():
-        for key in ("position_embedding",) + DROPOUT_COLUMNS:
+        for key in ("position_embedding", "expert_bias", "activation_func_clamp_value") + DROPOUT_COLUMNS:
             if row.get(key):
                 raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: {key} = {row[key]!r} is invalid for the "
                                  f"catalog model {row['model']}; valid: blank (models.yaml gives it)")
@@ -200,7 +200,18 @@ def _public_model(row: Mapping) -> str | ModelSpec:
              "ffn_hidden": int(row["ffn_hidden"] or 4 * hidden), "ffn_type": row["ffn_type"] or "gelu",
              "vocab": int(row["vocab"]), "seq_len": int(row["seq_len"]), "source": row["source"],
              "position_embedding": positions, **moe, **dropouts}
+    if row.get("expert_bias"):
+        shape["expert_bias"] = _true(row, "expert_bias")
+    if row.get("activation_func_clamp_value"):
+        shape["activation_func_clamp_value"] = _number(row, "activation_func_clamp_value")
     return ModelSpec.from_dict(shape, name=row["model"], where=f"{STACKS_FILE}: row {row.get('id')}")
+
+
+def _true(row: Mapping, key: str) -> bool:
+    """A cell that is ``true`` or blank (false)."""
+    if row[key] != "true":
+        raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: {key} = {row[key]!r} is invalid; valid: true, or blank")
+    return True
 
 
 def _number(row: Mapping, key: str) -> float:

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from . import catalog
 from ..common.errors import SpecError
-from .spec_fields import FFN_TYPES, POSITION_EMBEDDINGS, _choice, _float, _int, _optional_choice, _reject_unknown
+from .spec_fields import FFN_TYPES, POSITION_EMBEDDINGS, _bool, _choice, _float, _int, _optional_choice, _reject_unknown
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,15 @@ class ModelSpec:
     (``aten/src/ATen/native/Dropout.cpp``: ``if (p == 0 || !train ...) return input``). Llama, Qwen3, DeepSeek-V3,
     GPT-OSS and Nemotron train without dropout (their Megatron-Bridge bridges set ``hidden_dropout = 0.0``; the
     attention dropout comes from their Hugging Face configs, 0.0).
+
+    ``expert_bias``: the experts' linear layers carry biases (GPT-OSS: ``add_bias_linear`` in Megatron-Bridge's
+    GPT-OSS bridge). Megatron-Core adds the second expert linear's bias outside the grouped GEMM, expert by expert
+    (:func:`trainscale.kernels.moe.expert_bias_time`); the biases' own parameters (``2 f + h`` per expert) are not
+    counted, under 0.1% of the experts'.
+
+    ``activation_func_clamp_value`` (Megatron-Core's name; 0: none): the experts' GLU clamps its two halves to this
+    value first (GPT-OSS: 7), which Megatron-Core does in PyTorch before its fused activation
+    (:func:`trainscale.kernels.moe.glu_clamp_time`); only a mixture of experts with a GLU (``swiglu``) has it here.
     """
 
     name: str
@@ -82,6 +91,8 @@ class ModelSpec:
     v_head_dim: int = 0
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    expert_bias: bool = False
+    activation_func_clamp_value: float = 0.0
 
     @property
     def is_mla(self) -> bool:
@@ -252,6 +263,14 @@ class ModelSpec:
                             where)
         mla_fields = _mla_fields(d, where, kv_heads != heads or bool(d.get("kv_channels")))
         dropouts = {key: _probability(d, key, where, 0.1) for key in DROPOUT_FIELDS}
+        expert_bias = _bool(d, "expert_bias", where, False)
+        if expert_bias and experts == 1:
+            raise SpecError("expert_bias", expert_bias, "only a mixture of experts (experts > 1) has it; use false",
+                            where)
+        clamp = _float(d, "activation_func_clamp_value", where, 0.0, minimum=0.0)
+        if clamp and (experts == 1 or ffn_type != "swiglu"):
+            raise SpecError("activation_func_clamp_value", clamp, "only a mixture of experts with a GLU (experts > 1, "
+                            "ffn_type swiglu) has it here; use 0", where)
         return cls(
             name=str(d.get("name", name)),
             layers=layers,
@@ -271,6 +290,8 @@ class ModelSpec:
             **moe_fields,
             **mla_fields,
             **dropouts,
+            expert_bias=expert_bias,
+            activation_func_clamp_value=clamp,
         )
 
 

@@ -53,6 +53,8 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_V_HEAD] = model.v_head_dim
     vec[K.M_HIDDEN_DROPOUT] = model.hidden_dropout
     vec[K.M_ATTENTION_DROPOUT] = model.attention_dropout
+    vec[K.M_EXPERT_BIAS] = 1.0 if model.expert_bias else 0.0
+    vec[K.M_GLU_CLAMP] = model.activation_func_clamp_value
     vec[K.M_TENSORS_LAYER] = model.weight_matrices_per_layer()
     return vec
 

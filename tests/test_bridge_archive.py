@@ -109,7 +109,7 @@ def test_the_releases_own_ep_overlap_and_the_latent_attention_widths_are_carried
     rows = {r["id"]: r for r in made}
     b200, gb200 = rows["bridge260401-b200-deepseek-v3-256g-fp8-mx"], rows["bridge260401-gb200-deepseek-v3-256g-fp8-mx"]
     assert b200["overlap_moe_expert_parallel_comm"] == "true" and "v0.4.2:" in b200["note"]
-    assert (b200["moe_dispatcher"], gb200["moe_dispatcher"]) == ("deepep", "")  # GB200: HybridEP in one NVLink domain
+    assert (b200["moe_dispatcher"], gb200["moe_dispatcher"]) == ("deepep", "hybridep")  # GB200: in one NVLink domain
     assert gb200["overlap_moe_expert_parallel_comm"] == "" and "overlap off in the release's config" in gb200["note"]
     assert (b200["kv_lora_rank"], b200["q_lora_rank"], b200["kv_channels"]) == ("512", "1536", "")
 

@@ -137,3 +137,20 @@ def test_the_dispatcher_is_a_plan_field_deepspeed_refuses():
         _run(moe_dispatcher="nccl")
     with pytest.raises(SpecError, match="stack rule deepspeed-moe-alltoall-dispatch"):
         perfmodel.predict(_run(moe_dispatcher="deepep", stack="deepspeed", interleave=1))
+
+
+def test_hybridep_is_priced_as_deepep_and_the_h100_qwen3_rows_at_ep16_run_it():
+    """HybridEP writes a token once per remote node that needs it (deepseek-ai/DeepEP hybrid-ep attn_to_rdma_map):
+    the same price as DeepEP's internode dispatch; the H100 Qwen3-30B-A3B rows at EP 16 (two nodes) carry it from
+    their release's config, and the MoE guide's canonical run of that configuration is within 15% of its 20.15 s."""
+    from trainscale.model import validation
+
+    assert perfmodel.predict(_run(moe_dispatcher="hybridep")).as_dict() == perfmodel.predict(
+        _run(moe_dispatcher="deepep")).as_dict()
+    h100 = {m.run.id: m for m in validation.public_runs() if m.run.id.endswith(("h100-qwen3-30b-a3b-16g-fp8",
+                                                                              "h100-qwen3-30b-a3b-16g-bf16-hybridep"))}
+    ep16 = [m for m in h100.values() if m.run.plan.ep == 16]
+    assert len(ep16) == 4 and all(m.run.plan.moe_dispatcher == "hybridep" for m in ep16)
+    guide = h100["bridgedocs-h100-qwen3-30b-a3b-16g-bf16-hybridep"]
+    assert guide.run.plan.overlap_moe_expert_parallel_comm and guide.measured == 20.14729
+    assert abs(validation.predicted_value(guide) / guide.measured - 1.0) < 0.15

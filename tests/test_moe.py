@@ -193,7 +193,7 @@ def test_every_bridge_moe_row_fits_but_the_known_misses():
     from test_memory import KNOWN_MISSES
 
     rows = _bridge_moe()
-    assert len(rows) == 12
+    assert len(rows) == 13  # the 12 of the 25.11 tables and the MoE optimisation guide's H100 Qwen3-30B-A3B run
     too_big = {m.run.id for m in rows if not perfmodel.predict(m.run).fits}
     assert too_big == {i for i in KNOWN_MISSES if i in {m.run.id for m in rows}}, too_big
 
@@ -201,8 +201,9 @@ def test_every_bridge_moe_row_fits_but_the_known_misses():
 # measured 2026-12-06 on this model (nothing fitted to these rows): 45.7% over the 12 MoE rows with the MoE host
 # issue term (moe_host: kernels.moe.moe_host_time), 55.1% without it, 57.9% before the dispatch / permutation /
 # imbalance terms of issue 36; 41.4% (2026-12-07) with GPT-OSS's expert biases, clamped GLU and unfused rotary
-# embeddings priced (kernels.moe.expert_bias_time, glu_clamp_time); the guard leaves about 5 points of margin
-BRIDGE_MOE_MAPE_BOUND = 46.0
+# embeddings priced (kernels.moe.expert_bias_time, glu_clamp_time); 39.1% over 13 with the MoE guide's H100 Qwen3
+# row (10.5% too fast); the guard leaves about 5 points of margin
+BRIDGE_MOE_MAPE_BOUND = 44.0
 
 
 def test_bridge_moe_rows_mape_regression_guard():

@@ -29,11 +29,12 @@ def _run(precision="bf16", system="dgx-h100", recipe=None):
 
 
 def test_every_megatron_bridge_row_parses_and_is_priced():
-    """The Megatron-Bridge 25.11 tables, transcribed whole: 23 rows, each priced to a finite rate."""
+    """The Megatron-Bridge 25.11 tables, transcribed whole (23 rows), and the canonical H100 Qwen3-30B-A3B run of its
+    MoE optimisation guide (1 row, bridge-hopper), each priced to a finite rate."""
     runs = _bridge_runs()
-    assert len(runs) == 23
+    assert len(runs) == 24
     assert {m.run.plan.precision for m in runs} == {"bf16", "fp8", "mxfp8"}
-    assert sum(m.run.model.is_moe for m in runs) == 12
+    assert sum(m.run.model.is_moe for m in runs) == 13
     for m in runs:
         p = perfmodel.predict(m.run)
         assert 0 < validation.metric_value(p, m.metric, m.run.gpus) < 1e6

@@ -36,13 +36,15 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 # one took its DeepEP dispatcher (MOE_DISPATCHER); re-recorded when PlanSpec gained recompute_modules
 # (default ''; the same check) and bridge-2602, -2604, -2606 and -mla when 22 rows took the modules their release's
 # config recomputes (RECOMPUTE_MODULES); bridge-2602, -2604, -2606, -blackwell and -hopper when their 17 GPT-OSS rows
-# took the unfused rotary kernel (rotary_kernel rotate_half: Megatron-Bridge does not fuse YaRN's rotary embeddings).
+# took the unfused rotary kernel (rotary_kernel rotate_half: Megatron-Bridge does not fuse YaRN's rotary embeddings);
+# bridge-2602, -2604 and -2606 when 31 MoE rows took the HybridEP dispatcher and 5 H100 Qwen3 rows the EP overlap (and
+# one DeepEP) their release's config sets (bridge_archive.py), and bridge-hopper when it gained the MoE guide's row.
 PLAN_HASHES_BEFORE = {
-    "bridge-2602": "2ad69130b52f9798 33",
-    "bridge-2604": "1858b04eca3e2717 32",
-    "bridge-2606": "3e65f62c664177a1 11",
+    "bridge-2602": "bb3b64f9802932ab 33",
+    "bridge-2604": "54ed144ba48cebe7 32",
+    "bridge-2606": "fa889b6f279b9afb 11",
     "bridge-blackwell": "f96ba879c7492a34 14",
-    "bridge-hopper": "6aa0972b6e5be569 6",
+    "bridge-hopper": "5b9401e36f79cd1d 7",
     "bridge-mla": "4fd7ff7aa519156c 3",
     "calculon": "92e1e558ce9750a9 8",
     "deepspeed-ampere": "42916ee42e385f85 3",

@@ -15,10 +15,11 @@ dp = gpus / (tp pp cp); VP ``n/a`` = 1; FSDP > 0 = Megatron-FSDP, written zero 3
 (as the 25.11 rows); a mixture of experts with tp > 1 gets etp 1 (the tables have no ETP column; Bridge's
 workload base configs set ``expert_tensor_parallel_size=1``); a layer count that does not split evenly over
 pp x vp chunks runs the recipe's own layout (``custom_pipeline_layout``). Where the release's own config of a row
-turns on a knob the tables do not state (the EP all-to-all overlap, the DeepEP dispatcher, the modules of a selective
-recomputation: :data:`EP_A2A_OVERLAP`, :data:`MOE_DISPATCHER`, :data:`RECOMPUTE_MODULES`), the row carries it, with
-the config's tag, file and line in its note. Otherwise unstated (recompute, overlaps, the distributed optimizer, the
-MoE dispatcher, CUDA graphs): NeMo's defaults, as for the 25.11 rows.
+turns on a knob the tables do not state (the EP all-to-all overlap, the DeepEP or HybridEP dispatcher, the modules of a
+selective recomputation: :data:`EP_A2A_OVERLAP`, :data:`MOE_DISPATCHER`, :data:`RECOMPUTE_MODULES`), the row carries
+it, with the config's tag, file and line in its note. Otherwise unstated (recompute, overlaps, the distributed
+optimizer, the MoE dispatcher): NeMo's defaults, as for the 25.11 rows. CUDA graphs are not priced; the rows whose
+config captures the whole iteration say so (:data:`FULL_ITERATION_GRAPHS`).
 """
 
 from __future__ import annotations
@@ -68,12 +69,72 @@ EP_A2A_OVERLAP = {
     ("26.06.01", "gb200", "qwen3-30b-a3b", "fp8-mx"): f"v0.5.1:{_QWEN}:405 (GB200_FP8_MX_V1)",
     ("26.06", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.0:{_QWEN}:229 (GB200_FP8_MX_V2)",
     ("26.06.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.1:{_QWEN}:229 (GB200_FP8_MX_V2)",
+    ("26.02", "h100", "qwen3-30b-a3b", "fp8"): f"v0.3.0:{_QWEN}:421 (H100_FP8_CS_V1)",
+    ("26.02", "h100", "qwen3-235b-a22b", "fp8"): f"v0.3.0:{_QWEN}:268 (H100_FP8_CS_V2)",
+    ("26.02.01", "h100", "qwen3-235b-a22b", "fp8"): f"v0.3.1:{_QWEN}:259 (H100_FP8_CS_V2)",
+    ("26.04", "h100", "qwen3-235b-a22b", "fp8"): f"v0.4.0:{_QWEN}:273 (H100_FP8_CS_V2)",
+    ("26.04.01", "h100", "qwen3-235b-a22b", "fp8"): f"v0.4.2:{_QWEN}:275 (H100_FP8_CS_V2)",
 }
-# The token dispatcher where the release's config crosses nodes with DeepEP (moe_flex_dispatcher_backend="deepep",
-# which apply_flex_dispatcher_backend turns into Megatron-Core's flex dispatcher): plan.moe_dispatcher deepep. The
-# other MoE rows' configs use the all-to-all dispatcher or HybridEP inside one NVLink domain (GB200's 72 GPUs, a B200
-# node's 8), where the model prices every dispatcher alike; they are left at alltoall.
-MOE_DISPATCHER = {("26.04.01", "b200", "deepseek-v3", "fp8-mx"): ("deepep", f"v0.4.2:{_DSV3}:203 (B200_FP8_MX_V2)")}
+# The token dispatcher where the release's config uses Megatron-Core's flex dispatcher (moe_flex_dispatcher_backend
+# "deepep" or "hybridep", which apply_flex_dispatcher_backend, src/megatron/bridge/training/flex_dispatcher_backend.py,
+# turns into moe_token_dispatcher_type="flex"): plan.moe_dispatcher deepep or hybridep, both priced as sending a token
+# once per remote node that needs it. HybridEP crosses nodes only in the H100 Qwen3-30B rows of 26.04-26.06 (EP 16 on
+# two 8-GPU nodes; Bridge's launcher sets NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8, v0.4.0 scripts/performance/
+# perf_plugins.py:356-360, and its containers build DeepEP's hybrid-ep with HYBRID_EP_MULTINODE=1); inside one NVLink
+# domain (GB200's 72 GPUs, a B200 node's 8) every dispatcher prices alike. 26.02's H100 Qwen3-30B config runs DeepEP
+# (its recipe applies it: v0.3.0 src/megatron/bridge/recipes/qwen/qwen3_moe.py:270); 26.02.01's H100 Qwen3-235B config
+# names DeepEP but its script forces the all-to-all dispatcher (v0.3.1 scripts/performance/configs/qwen/
+# qwen3_llm_pretrain.py:185), so that row stays alltoall. Where the config's layout differs from the row's (26.02.01
+# H100 Qwen3-30B, 26.02.01 B200 GPT-OSS) nothing is taken from it.
+MOE_DISPATCHER = {
+    ("26.04.01", "b200", "deepseek-v3", "fp8-mx"): ("deepep", f"v0.4.2:{_DSV3}:203 (B200_FP8_MX_V2)"),
+    ("26.02", "h100", "qwen3-30b-a3b", "fp8"): ("deepep", f"v0.3.0:{_QWEN}:421 (H100_FP8_CS_V1)"),
+    ("26.06.01", "gb200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.5.1:{_DSV3}:224 (GB200_FP8_MX_V2)"),
+    ("26.06.01", "gb200", "gpt-oss-120b", "fp8-mx"): ("hybridep", f"v0.5.1:{_OSS}:211 (GB200_FP8_MX_V2)"),
+    ("26.06.01", "gb200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.5.1:{_QWEN}:405 (GB200_FP8_MX_V1)"),
+    ("26.06.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): ("hybridep", f"v0.5.1:{_QWEN}:229 (GB200_FP8_MX_V2)"),
+    ("26.06", "gb200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.5.0:{_DSV3}:209 (GB200_FP8_MX_V2)"),
+    ("26.06", "gb200", "gpt-oss-120b", "fp8-mx"): ("hybridep", f"v0.5.0:{_OSS}:211 (GB200_FP8_MX_V2)"),
+    ("26.06", "gb200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.5.0:{_QWEN}:388 (GB200_FP8_MX_V1)"),
+    ("26.06", "h100", "qwen3-30b-a3b", "fp8"): ("hybridep", f"v0.5.0:{_QWEN}:470 (H100_FP8_CS_V1)"),
+    ("26.06", "gb200", "qwen3-235b-a22b", "fp8-mx"): ("hybridep", f"v0.5.0:{_QWEN}:229 (GB200_FP8_MX_V2)"),
+    ("26.04.01", "gb200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.4.2:{_DSV3}:170 (GB200_FP8_MX_V2)"),
+    ("26.04.01", "gb200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.4.2:{_QWEN}:363 (GB200_FP8_MX_V1)"),
+    ("26.04.01", "b200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.4.2:{_QWEN}:409 (B200_FP8_MX_V1)"),
+    ("26.04.01", "h100", "qwen3-30b-a3b", "fp8"): ("hybridep", f"v0.4.2:{_QWEN}:424 (H100_FP8_CS_V1)"),
+    ("26.04.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): ("hybridep", f"v0.4.2:{_QWEN}:224 (GB200_FP8_MX_V2)"),
+    ("26.04", "gb200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.4.0:{_DSV3}:170 (GB200_FP8_MX_V2)"),
+    ("26.04", "b200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.4.0:{_DSV3}:201 (B200_FP8_MX_V2)"),
+    ("26.04", "gb200", "gpt-oss-120b", "bf16"): ("hybridep", f"v0.4.0:{_OSS}:102 (GB200_BF16_V2)"),
+    ("26.04", "b200", "gpt-oss-120b", "bf16"): ("hybridep", f"v0.4.0:{_OSS}:118 (B200_BF16_V2)"),
+    ("26.04", "gb200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.4.0:{_QWEN}:361 (GB200_FP8_MX_V1)"),
+    ("26.04", "b200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.4.0:{_QWEN}:407 (B200_FP8_MX_V1)"),
+    ("26.04", "h100", "qwen3-30b-a3b", "fp8"): ("hybridep", f"v0.4.0:{_QWEN}:422 (H100_FP8_CS_V1)"),
+    ("26.04", "gb200", "qwen3-235b-a22b", "fp8-mx"): ("hybridep", f"v0.4.0:{_QWEN}:222 (GB200_FP8_MX_V2)"),
+    ("26.02.01", "gb200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.3.1:{_DSV3}:161 (GB200_FP8_MX_V2)"),
+    ("26.02.01", "b200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.3.1:{_DSV3}:184 (B200_FP8_MX_V2)"),
+    ("26.02.01", "gb200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.3.1:{_QWEN}:347 (GB200_FP8_MX_V1)"),
+    ("26.02.01", "b200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.3.1:{_QWEN}:393 (B200_FP8_MX_V1)"),
+    ("26.02.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): ("hybridep", f"v0.3.1:{_QWEN}:216 (GB200_FP8_MX_V2)"),
+    ("26.02", "gb200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.3.0:{_DSV3}:161 (GB200_FP8_MX_V2)"),
+    ("26.02", "b200", "deepseek-v3", "fp8-mx"): ("hybridep", f"v0.3.0:{_DSV3}:184 (B200_FP8_MX_V2)"),
+    ("26.02", "gb200", "qwen3-30b-a3b", "fp8-mx"): ("hybridep", f"v0.3.0:{_QWEN}:356 (GB200_FP8_MX_V1)"),
+    ("26.02", "gb200", "qwen3-235b-a22b", "fp8-mx"): ("hybridep", f"v0.3.0:{_QWEN}:225 (GB200_FP8_MX_V2)"),
+}
+# Full-iteration CUDA graphs with Megatron-Core's fused grouped MLP (cuda_graph_impl="full_iteration",
+# cutedsl_fused_grouped_mlp=True: no host issue or token-count sync inside the step; the experts' two GEMMs with the
+# activation, bias and quantization in two kernels), set only by the 26.06 and 26.06.01 GB200 MXFP8 configs of the MoE
+# models. No plan field expresses either yet: the rows say so in their note and are priced with the eager path.
+FULL_ITERATION_GRAPHS = {
+    ("26.06.01", "gb200", "deepseek-v3", "fp8-mx"): f"v0.5.1:{_DSV3}:224 (GB200_FP8_MX_V2)",
+    ("26.06.01", "gb200", "gpt-oss-120b", "fp8-mx"): f"v0.5.1:{_OSS}:211 (GB200_FP8_MX_V2)",
+    ("26.06.01", "gb200", "qwen3-30b-a3b", "fp8-mx"): f"v0.5.1:{_QWEN}:405 (GB200_FP8_MX_V1)",
+    ("26.06.01", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.1:{_QWEN}:229 (GB200_FP8_MX_V2)",
+    ("26.06", "gb200", "deepseek-v3", "fp8-mx"): f"v0.5.0:{_DSV3}:209 (GB200_FP8_MX_V2)",
+    ("26.06", "gb200", "gpt-oss-120b", "fp8-mx"): f"v0.5.0:{_OSS}:211 (GB200_FP8_MX_V2)",
+    ("26.06", "gb200", "qwen3-30b-a3b", "fp8-mx"): f"v0.5.0:{_QWEN}:388 (GB200_FP8_MX_V1)",
+    ("26.06", "gb200", "qwen3-235b-a22b", "fp8-mx"): f"v0.5.0:{_QWEN}:229 (GB200_FP8_MX_V2)",
+}
 # Megatron-Core's selective recomputation of named modules (plan.recompute: selective, plan.recompute_modules) where
 # the release's config of the row sets recompute_modules (which set_recompute_overrides, scripts/performance/utils/
 # overrides.py, turns into recompute_granularity="selective"): the config the release's scripts run by default (v2,
@@ -250,6 +311,10 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         note.append(f"{layers} layers do not split evenly over pp*vp = {pp * vp} chunks: custom_pipeline_layout")
     if dispatcher:
         note.append(f"token dispatcher {dispatcher} in the release's config (Megatron-Bridge {dispatcher_source})")
+    graphs = FULL_ITERATION_GRAPHS.get((release, short, model, tag))
+    if graphs:
+        note.append(f"full-iteration CUDA graphs and the fused grouped MLP in the release's config (Megatron-Bridge "
+                    f"{graphs}), not priced: the eager path's host issue and unfused expert activation are")
     if modules:
         note.append(f"selective recomputation of {modules.replace(',', ' and ')} in the release's config "
                     f"(Megatron-Bridge {modules_source})")
@@ -260,7 +325,8 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
                                                             if name == "gpt-oss-note" else ""))
     unstated = ([] if modules else ["recompute"]) + ["SP/TP overlap", "distributed optimizer"] + \
         ([] if dispatcher else ["dispatcher"])
-    note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} and CUDA graphs not stated: NeMo defaults")
+    note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} not stated: NeMo defaults; CUDA graphs not "
+                "priced")
     if moe and not a2a:
         note.append("EP all-to-all overlap off in the release's config")
     if template["rotary_kernel"]:

@@ -247,8 +247,13 @@ class PlanSpec:
     """The token dispatcher of a mixture of experts: ``alltoall`` (Megatron-Core's ``MoEAlltoAllTokenDispatcher``, each
     routed copy sent to its expert's GPU) or ``deepep`` (its flex dispatcher with DeepEP, ``--moe-token-dispatcher-type
     flex --moe-flex-dispatcher-backend deepep``: a token crosses the scale-out network once per remote node that
-    holds any of its experts, :func:`trainscale.kernels.collectives.deduplicated_alltoall_time`). Inside one scale-up
-    domain the two price the same."""
+    holds any of its experts, :func:`trainscale.kernels.collectives.deduplicated_alltoall_time`) or ``hybridep`` (the
+    flex dispatcher with HybridEP, ``--moe-flex-dispatcher-backend hybridep``), priced as DeepEP: across nodes it
+    writes each token once per remote node that needs it over RDMA and fans it out over NVLink there
+    (deepseek-ai/DeepEP hybrid-ep 34152ae ``csrc/hybrid_ep/backend/hybrid_ep_backend.cuh``, ``attn_to_rdma_map``:
+    "any expert of this token is on that node"; ``docs/Hybrid-EP_Implementation.md``: "Similar to DeepEP, Hybrid-EP
+    first performs IB communication between peer GPUs, then each rank distributes the received inter-node data
+    locally"). Inside one scale-up domain the three price the same."""
     recompute_modules: str = ""
     """Megatron-Core's named modules of a selective recomputation (``recompute: selective``;
     ``--recompute-modules``, ``TransformerConfig.recompute_modules``), comma-separated, of ``core_attn``,

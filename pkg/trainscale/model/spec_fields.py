@@ -39,7 +39,7 @@ ROTARY_KERNELS = ("fused", "complex", "matrix", "rotate_half")
 # (mxfp8: 32-element blocks with E8M0 scales; nvfp4: 16-element blocks with E4M3 scales and a tensor scale)
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 # a MoE plan's token dispatcher: Megatron-Core's all-to-all one, or its flex dispatcher with the DeepEP backend
-MOE_DISPATCHERS = ("alltoall", "deepep")
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 FP8_RECIPES = {"bf16": ("none",), "fp8": ("current", "delayed", "blockwise"), "mxfp8": ("mxfp8",),
                "nvfp4": ("nvfp4",)}
 

@@ -265,7 +265,7 @@ def with_moe_knobs(vec: np.ndarray, moe_imbalance: float = 1.0, overlap_moe_expe
     place): what :func:`plan_calibration_vector` gives a plan and a search gives every plan it prices."""
     vec[K.C_MOE_IMBALANCE] = moe_imbalance
     vec[K.C_EP_A2A_OVERLAP] = 1.0 if overlap_moe_expert_parallel_comm else 0.0
-    vec[K.C_MOE_NODE_DEDUP] = 1.0 if moe_dispatcher == "deepep" else 0.0
+    vec[K.C_MOE_NODE_DEDUP] = 1.0 if moe_dispatcher in ("deepep", "hybridep") else 0.0  # both once per remote node
     vec[K.C_RECOMPUTE_MODULES] = float(recompute_module_mask)
     return vec
 

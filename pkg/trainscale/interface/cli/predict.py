@@ -45,7 +45,7 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "moe_imbalance": ("ratio", "routed tokens of the busiest expert-parallel rank over the mean (1: balanced)"),
     "overlap_moe_expert_parallel_comm": ("true/false", "hide the expert-parallel all-to-alls behind another "
                                          "micro-batch's pass (Megatron-Core)"),
-    "moe_dispatcher": ("-", "token dispatcher of a mixture of experts: alltoall, or deepep (once per remote node)"),
+    "moe_dispatcher": ("-", "token dispatcher of a mixture of experts: alltoall, deepep or hybridep (both once per remote node)"),
     "recompute_modules": ("-", "Megatron-Core's modules a selective recompute re-runs, comma-separated (core_attn, "
                           "mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts)"),
 }

@@ -383,7 +383,7 @@ def _add_search_arguments(p, gpus_type, gpus_help: str, space_help: str) -> None
                         "(Megatron-Core's --overlap-moe-expert-parallel-comm; its stack rules keep only the plans "
                         "with ep > 1, interleaving where pp > 1 and no full recompute)")
     p.add_argument("--moe-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
-                   help="mixture of experts: token dispatcher, alltoall (default) or deepep (once per remote node)")
+                   help="mixture of experts: token dispatcher, alltoall (default), deepep or hybridep (both once per remote node)")
     p.add_argument("--recompute-modules", default="", metavar="NAMES", type=_recompute_modules,
                    help="Megatron-Core's modules a selective recompute re-runs, comma-separated, as predict's "
                         "plan.recompute_modules (core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, "

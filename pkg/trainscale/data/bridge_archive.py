@@ -18,8 +18,9 @@ pp x vp chunks runs the recipe's own layout (``custom_pipeline_layout``). Where 
 turns on a knob the tables do not state (the EP all-to-all overlap, the DeepEP or HybridEP dispatcher, the modules of a
 selective recomputation: :data:`EP_A2A_OVERLAP`, :data:`MOE_DISPATCHER`, :data:`RECOMPUTE_MODULES`), the row carries
 it, with the config's tag, file and line in its note. Otherwise unstated (recompute, overlaps, the distributed
-optimizer, the MoE dispatcher): NeMo's defaults, as for the 25.11 rows. CUDA graphs are not priced; the rows whose
-config captures the whole iteration say so (:data:`FULL_ITERATION_GRAPHS`).
+optimizer, the MoE dispatcher): NeMo's defaults, as for the 25.11 rows. Of the CUDA graphs only full-iteration ones are
+priced, with the fused grouped MLP that comes with them (:data:`FULL_ITERATION_GRAPHS`); graphs of named scopes price
+as none (``PlanSpec.cuda_graph_impl``).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ MOE_DISPATCHER = {
 # Full-iteration CUDA graphs with Megatron-Core's fused grouped MLP (cuda_graph_impl="full_iteration",
 # cutedsl_fused_grouped_mlp=True: no host issue or token-count sync inside the step; the experts' two GEMMs with the
 # activation, bias and quantization in two kernels), set only by the 26.06 and 26.06.01 GB200 MXFP8 configs of the MoE
-# models. No plan field expresses either yet: the rows say so in their note and are priced with the eager path.
+# models: plan.cuda_graph_impl full_iteration and plan.fused_grouped_mlp.
 FULL_ITERATION_GRAPHS = {
     ("26.06.01", "gb200", "deepseek-v3", "fp8-mx"): f"v0.5.1:{_DSV3}:224 (GB200_FP8_MX_V2)",
     ("26.06.01", "gb200", "gpt-oss-120b", "fp8-mx"): f"v0.5.1:{_OSS}:211 (GB200_FP8_MX_V2)",
@@ -313,8 +314,9 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
         note.append(f"token dispatcher {dispatcher} in the release's config (Megatron-Bridge {dispatcher_source})")
     graphs = FULL_ITERATION_GRAPHS.get((release, short, model, tag))
     if graphs:
+        out["cuda_graph_impl"], out["fused_grouped_mlp"] = "full_iteration", "true"
         note.append(f"full-iteration CUDA graphs and the fused grouped MLP in the release's config (Megatron-Bridge "
-                    f"{graphs}), not priced: the eager path's host issue and unfused expert activation are")
+                    f"{graphs})")
     if modules:
         note.append(f"selective recomputation of {modules.replace(',', ' and ')} in the release's config "
                     f"(Megatron-Bridge {modules_source})")
@@ -325,8 +327,7 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
                                                             if name == "gpt-oss-note" else ""))
     unstated = ([] if modules else ["recompute"]) + ["SP/TP overlap", "distributed optimizer"] + \
         ([] if dispatcher else ["dispatcher"])
-    note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} not stated: NeMo defaults; CUDA graphs not "
-                "priced")
+    note.append(f"shape from this model's 25.11 row; {', '.join(unstated)} not stated: NeMo defaults")
     if moe and not a2a:
         note.append("EP all-to-all overlap off in the release's config")
     if template["rotary_kernel"]:

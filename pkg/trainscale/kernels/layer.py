@@ -42,7 +42,8 @@ from .attention import (
 )
 from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
-    C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_KERNEL_S, C_LAYER_HOST_S,
+    C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_FULL_ITERATION_GRAPH,
+    C_FUSED_GROUPED_MLP, C_KERNEL_S, C_LAYER_HOST_S,
     C_LINEAR_SPEEDUP, C_LOSS_BWD_BYTES, C_LOSS_BWD_KERNELS, C_LOSS_FWD_BYTES, C_LOSS_FWD_KERNELS, C_MOE_IMBALANCE, C_MOE_OP_HOST_S,
     C_NET_EFF, C_OVERLAP_SLOWDOWN, C_ROTARY_BYTES, C_ROTARY_KERNELS, C_SELECTIVE_SHARE, C_SP_LAYOUT_COPY,
     C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
@@ -357,8 +358,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     norm_drop_res = NORM_DROPOUT_RESIDUAL_BYTES * m * h * replicated
     activation_fn = (2.0 * nf) * m * f / t
     shared_fn = 0.0
+    fused_mlp = moe and calib[C_FUSED_GROUPED_MLP] > 0.0  # the experts' activation inside their first GEMM
     if moe:  # every copy the experts receive goes through its expert's activation (permute: moe_permute_time)
-        activation_fn = (2.0 * nf) * received * f / t
+        activation_fn = 0.0 if fused_mlp else (2.0 * nf) * received * f / t
         shared_fn = (2.0 * nf) * m * model[M_SHARED_FFN] / t
         activation_fn += shared_fn
     chains = norm_drop_res + activation_fn  # the backward moves twice as much
@@ -386,7 +388,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     attn_elem = memory_bound_time(attention_fwd, 2.0, hbm, calib)
     if calib[C_CAST_BYTES] > 0.0:  # low precision: quantize the inputs of the four linear layers (forward)
         # and their output gradients (backward), this GPU's share; the experts' inputs per routed copy
-        ffn_in = m * (h + f) / t if not moe else received * (h + f) / t + m * (h + model[M_SHARED_FFN]) / t
+        # (a fused grouped MLP quantizes the second GEMM's input in the first's kernel)
+        ffn_in = m * (h + f) / t if not moe else received * (h + (0.0 if fused_mlp else f)) / t + m * (
+            h + model[M_SHARED_FFN]) / t
         cast_fwd = cast_time(m * linear_input_width(model, h, qw) / t + ffn_in, 6.0 if latent else 4.0, hbm, calib)
         fwd_elem += cast_fwd
         bwd_elem += cast_fwd
@@ -433,14 +437,16 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
                                                  calib[C_OVERLAP_SLOWDOWN])
         moe_fwd, moe_bwd = moe_permute_time(routed, m, h, experts, local, t, et, calib[C_MOE_IMBALANCE], hbm,
                                             calib)
-        host_fwd, host_bwd = moe_host_time(local, ep, int(et), calib[C_CAST_BYTES] > 0.0, calib[C_MOE_OP_HOST_S],
-                                           calib[C_KERNEL_S])
-        if model[M_EXPERT_BIAS] > 0.0:  # the second expert linear's bias, expert by expert
+        graphed = calib[C_FULL_ITERATION_GRAPH] > 0.0  # no host issue, no token-count sync inside the step
+        if not graphed:
+            host_fwd, host_bwd = moe_host_time(local, ep, int(et), calib[C_CAST_BYTES] > 0.0,
+                                               calib[C_MOE_OP_HOST_S], calib[C_KERNEL_S])
+        if model[M_EXPERT_BIAS] > 0.0 and not fused_mlp:  # the second expert linear's bias, expert by expert
             bias_fwd, bias_bwd = expert_bias_time(routed, h, local, t, et, calib[C_MOE_IMBALANCE], hbm,
-                                                  calib[C_MOE_OP_HOST_S], calib)
+                                                  0.0 if graphed else calib[C_MOE_OP_HOST_S], calib)
             moe_fwd += bias_fwd
             moe_bwd += bias_bwd
-        if model[M_GLU_CLAMP] > 0.0:  # a clamped GLU's clamp, in PyTorch before the fused activation
+        if model[M_GLU_CLAMP] > 0.0 and not fused_mlp:  # a clamped GLU's clamp, in PyTorch before the fused activation
             clamp_fwd, clamp_bwd = glu_clamp_time(received * f / t, recomputes(calib, np.int64(RM_MOE_ACT)), hbm,
                                                   calib)
             moe_fwd += clamp_fwd
@@ -547,7 +553,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # the host issues every kernel: a pass takes at least the stack's host time per layer (the
     # backward issues twice the forward's kernels, and the recomputed forward's too); what the GPU
     # work does not cover is idle time, counted with the element-wise work (not as HBM traffic)
-    host = calib[C_LAYER_HOST_S]
+    host = 0.0 if calib[C_FULL_ITERATION_GRAPH] > 0.0 else calib[C_LAYER_HOST_S]  # a graph replays the kernels
     fwd_idle = max(0.0, host - (fwd_gemm + fwd_elem + tp_fwd + ep_fwd + cp_fwd + moe_fwd))
     bwd_host = (3.0 if rc == RC_FULL else 2.0) * host
     bwd_idle = max(0.0, bwd_host - (bwd_gemm + bwd_elem + tp_bwd + ep_bwd + recomp + recomp_tp

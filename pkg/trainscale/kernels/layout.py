@@ -104,7 +104,9 @@ C_DP_BUCKET_FLOOR = 39  # per stack: fewest parameters in a data-parallel gradie
 C_DP_BUCKET_PER_RANK = 40  # per stack: parameters a bucket adds per data-parallel rank (Megatron-Core: 1e6)
 C_DP_BUCKET_OVERLAP_ONLY = 41  # per stack: 1 where the stack buckets only with overlapped gradient reduction (else one bucket)
 C_DP_BUCKET_PER_BLOCK = 42  # per stack: 1 where the stack reduces each wrapped block (a layer) as its own bucket (FSDP)
-C_SIZE = 43
+C_FULL_ITERATION_GRAPH = 43  # per plan: 1 where CUDA graphs capture the step's forward and backward (no host issue)
+C_FUSED_GROUPED_MLP = 44  # per plan: 1 where the experts' MLP runs as two fused grouped-GEMM kernels (plan.fused_grouped_mlp)
+C_SIZE = 45
 
 # recomputation modes
 RC_NONE = 0

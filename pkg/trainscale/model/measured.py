@@ -259,6 +259,10 @@ def _public_plan(row: Mapping) -> dict:
         plan["moe_dispatcher"] = row["moe_dispatcher"]
     if row.get("recompute_modules"):  # Megatron-Core's named modules, comma-separated (PlanSpec checks the names)
         plan["recompute_modules"] = row["recompute_modules"]
+    if row.get("cuda_graph_impl"):  # where the release's own config captures CUDA graphs (PlanSpec checks the name)
+        plan["cuda_graph_impl"] = row["cuda_graph_impl"]
+    if _flag(row, "fused_grouped_mlp", STACKS_FILE):
+        plan["fused_grouped_mlp"] = True
     for key, value in UNPUBLISHED_DEFAULTS[stack].items():
         if key not in plan:
             plan[key] = tp > 1 if value == "tp>1" else value

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from . import catalog
 from ..common.errors import SpecError
 from .model_spec import ModelSpec
-from .spec_fields import (DEFAULT_STACK, FP8_RECIPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ROTARY_KERNELS,
+from .spec_fields import (CUDA_GRAPH_IMPLS, DEFAULT_STACK, FP8_RECIPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES, ROTARY_KERNELS,
                           STACK_DEFAULT_FIELDS, STACKS, TP_RULE, _bool, _choice, _float, _given, _int, _optional_bool, _optional_choice,
                           _reject_unknown)
 from .system_spec import SystemSpec
@@ -254,6 +254,22 @@ class PlanSpec:
     "any expert of this token is on that node"; ``docs/Hybrid-EP_Implementation.md``: "Similar to DeepEP, Hybrid-EP
     first performs IB communication between peer GPUs, then each rank distributes the received inter-node data
     locally"). Inside one scale-up domain the three price the same."""
+    cuda_graph_impl: str = "none"
+    """Megatron-Core's CUDA graphs (``--cuda-graph-impl``): ``none``; ``local`` or ``transformer_engine``, graphs of
+    named scopes (``cuda_graph_scope``: attention, the router, the dispatcher's preprocessing), priced as
+    ``none`` because what the model charges the host for is issued after the dispatcher's token-count sync, which
+    those scopes do not capture (:func:`trainscale.kernels.moe.moe_host_time`); or ``full_iteration``, one graph of
+    the step's forward and backward (the optimizer step apart), which issues no host work inside the step: no layer
+    waits for the host (the stack's ``layer_host_s``) and a mixture of experts has no token-count sync (Megatron-Core
+    sizes the experts' inputs by a static budget instead, ``moe_expert_rank_capacity_factor``; NVIDIA/Megatron-LM
+    d0b3b775 ``megatron/core/transformer/moe/token_dispatcher.py``, ``fused_a2a.py``). Its requirements are stack
+    rules."""
+    fused_grouped_mlp: bool = False
+    """Megatron-Core's fused grouped MLP of the experts (``cutedsl_fused_grouped_mlp``, Transformer Engine's op fuser,
+    TE 4220403e ``forward_grouped_mlp.py``): the first grouped GEMM with its bias, the GLU (clamped or not), the
+    routing-probability scaling and the MXFP8 quantization of its output in one kernel, the second grouped GEMM with
+    its bias in another, so the routed copies' activation traffic, a clamp, the bias loop and the quantization of
+    the second GEMM's input are not charged. MXFP8 on Blackwell only (stack rules)."""
     recompute_modules: str = ""
     """Megatron-Core's named modules of a selective recomputation (``recompute: selective``;
     ``--recompute-modules``, ``TransformerConfig.recompute_modules``), comma-separated, of ``core_attn``,
@@ -334,6 +350,8 @@ class PlanSpec:
             overlap_moe_expert_parallel_comm=_bool(d, "overlap_moe_expert_parallel_comm", where, False),
             moe_dispatcher=_choice(d, "moe_dispatcher", where, "alltoall", MOE_DISPATCHERS),
             recompute_modules=recompute_modules_text(d.get("recompute_modules"), where),
+            cuda_graph_impl=_choice(d, "cuda_graph_impl", where, "none", CUDA_GRAPH_IMPLS),
+            fused_grouped_mlp=_bool(d, "fused_grouped_mlp", where, False),
         )
         recipe = d.get("fp8_recipe") or ""
         if recipe:

@@ -40,6 +40,9 @@ ROTARY_KERNELS = ("fused", "complex", "matrix", "rotate_half")
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 # a MoE plan's token dispatcher: Megatron-Core's all-to-all one, or its flex dispatcher with the DeepEP backend
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+# Megatron-Core's CUDA graphs (cuda_graph_impl): none, Transformer Engine's graphs of named scopes (attention, the
+# router, the dispatcher's preprocessing), or the whole forward and backward of a step
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 FP8_RECIPES = {"bf16": ("none",), "fp8": ("current", "delayed", "blockwise"), "mxfp8": ("mxfp8",),
                "nvfp4": ("nvfp4",)}
 

@@ -16,16 +16,18 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import catalog
-from .spec_fields import MOE_DISPATCHERS
+from .spec_fields import CUDA_GRAPH_IMPLS, MOE_DISPATCHERS, PRECISIONS
 from .specs import RECOMPUTE_MODES, STACKS, SpecError
 
 RULES_FILE = "stack_rules.yaml"
 FIELDS = ("tp", "pp", "cp", "dp", "interleave", "micro_batch", "recompute", "sequence_parallel", "zero",
           "shard_group", "overlap_grad_reduce", "flash_attention", "zero3_per_tensor", "tp_comm_overlap", "ep",
-          "etp", "compiled", "overlap_moe_expert_parallel_comm", "moe_dispatcher", "recompute_modules")
+          "etp", "compiled", "overlap_moe_expert_parallel_comm", "moe_dispatcher", "recompute_modules", "precision",
+          "cuda_graph_impl", "fused_grouped_mlp")
 SYSTEM_FIELDS = ("scale_up_domain", "gpus_per_node")
 # fields whose values are names (a rule may name recompute_modules only as "": no modules named)
-NAMED_VALUES = {"recompute": RECOMPUTE_MODES, "moe_dispatcher": MOE_DISPATCHERS, "recompute_modules": ("",)}
+NAMED_VALUES = {"recompute": RECOMPUTE_MODES, "moe_dispatcher": MOE_DISPATCHERS, "recompute_modules": ("",),
+                "precision": PRECISIONS, "cuda_graph_impl": CUDA_GRAPH_IMPLS}
 OPERATORS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
              "!=": operator.ne}
 RULE_KEYS = ("id", "when", "then", "why", "source")
@@ -166,7 +168,7 @@ _DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "dp": 1, "interleave": 1, "micro_batch":
              "sequence_parallel": False, "zero": 0, "shard_group": 0, "overlap_grad_reduce": False,
              "flash_attention": False, "zero3_per_tensor": False, "tp_comm_overlap": False, "ep": 1, "etp": 0,
              "compiled": False, "overlap_moe_expert_parallel_comm": False, "moe_dispatcher": "alltoall",
-             "recompute_modules": ""}
+             "recompute_modules": "", "precision": "bf16", "cuda_graph_impl": "none", "fused_grouped_mlp": False}
 
 
 def rule_broken(rule: Rule, fields: Mapping, system):

@@ -249,11 +249,14 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
     """The calibration vector a plan runs with: its system's generation, its stack and the plan's
     own knobs (``compiled``, ``grad_reduce_fp32``, ``recompute_share``, ``rotary_kernel``,
     ``tp_async_backward``, ``precision`` and ``fp8_recipe``, ``custom_pipeline_layout``, ``moe_imbalance``,
-    ``overlap_moe_expert_parallel_comm``, ``moe_dispatcher``, ``recompute_modules``)."""
+    ``overlap_moe_expert_parallel_comm``, ``moe_dispatcher``, ``recompute_modules``, ``cuda_graph_impl``,
+    ``fused_grouped_mlp``)."""
     vec = calibration_vector(system.generation, calibration, plan.stack, plan.compiled, plan.grad_reduce_fp32,
                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
     if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
         vec[K.C_EVEN_SPLIT] = 0.0
+    vec[K.C_FULL_ITERATION_GRAPH] = 1.0 if plan.cuda_graph_impl == "full_iteration" else 0.0
+    vec[K.C_FUSED_GROUPED_MLP] = 1.0 if plan.fused_grouped_mlp else 0.0
     with_moe_knobs(vec, plan.moe_imbalance, plan.overlap_moe_expert_parallel_comm, plan.moe_dispatcher,
                    plan.recompute_module_mask)
     return with_precision(vec, system, calibration, plan.stack, plan.precision, plan.recipe)

@@ -48,6 +48,9 @@ PLAN_FIELDS: dict[str, tuple[str, str]] = {
     "moe_dispatcher": ("-", "token dispatcher of a mixture of experts: alltoall, deepep or hybridep (both once per remote node)"),
     "recompute_modules": ("-", "Megatron-Core's modules a selective recompute re-runs, comma-separated (core_attn, "
                           "mla_up_proj, layernorm, moe_act, mlp, moe, shared_experts)"),
+    "cuda_graph_impl": ("-", "Megatron-Core's CUDA graphs: none, local, transformer_engine (named scopes: priced as "
+                        "none) or full_iteration (no host issue inside the step)"),
+    "fused_grouped_mlp": ("true/false", "the experts' MLP as two fused grouped-GEMM kernels (Megatron-Core, MXFP8)"),
 }
 
 

@@ -22,7 +22,7 @@ roofline maximum of compute and HBM traffic, plus a fixed per-kernel cost:
 
 from numba import njit
 
-from .layout import C_ATTN_BWD_EFF, C_ATTN_EFF, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
+from .layout import C_ATTN_BWD_EFF, C_ATTN_EFF, C_CAST_BYTES, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
 
 
 @njit(cache=True)
@@ -63,6 +63,18 @@ def gemm_fwd_bwd_time(m, n, k, batch, peak_flops, hbm_bw, sms, calib):
 def memory_bound_time(nbytes, kernels, hbm_bw, calib):
     """Seconds for element-wise kernels that stream ``nbytes`` through HBM."""
     return nbytes / (calib[C_HBM_EFF] * hbm_bw) + kernels * calib[C_KERNEL_S]
+
+
+@njit(cache=True)
+def cast_time(elements, kernels, hbm_bw, calib):
+    r"""Seconds to quantize ``elements`` 16-bit values to the plan's low precision (amax or block
+    scales, the cast, and the transposed copy where the recipe needs one), at ``calib[C_CAST_BYTES]``
+    bytes of HBM traffic per element (0 in bf16: no time):
+
+    .. math:: t = \frac{B_\mathrm{cast}\, n}{\eta_\mathrm{HBM} B_\mathrm{HBM}} + k\, t_\mathrm{kernel}"""
+    if calib[C_CAST_BYTES] <= 0.0:
+        return 0.0
+    return memory_bound_time(calib[C_CAST_BYTES] * elements, kernels, hbm_bw, calib)
 
 
 @njit(cache=True)

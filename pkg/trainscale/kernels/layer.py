@@ -40,7 +40,7 @@ from .attention import (
     attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops, qkv_projection_time,
     rotary_widths, up_projection_flops, up_projection_time,
 )
-from .compute import fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
+from .compute import cast_time, fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_FULL_ITERATION_GRAPH,
     C_FUSED_GROUPED_MLP, C_KERNEL_S, C_LAYER_HOST_S,
@@ -198,18 +198,6 @@ def linear_peak(peak, calib):
     if speedup == 1.0:
         return peak
     return peak * speedup
-
-
-@njit(cache=True)
-def cast_time(elements, kernels, hbm_bw, calib):
-    r"""Seconds to quantize ``elements`` 16-bit values to the plan's low precision (amax or block
-    scales, the cast, and the transposed copy where the recipe needs one), at ``calib[C_CAST_BYTES]``
-    bytes of HBM traffic per element (0 in bf16: no time):
-
-    .. math:: t = \frac{B_\mathrm{cast}\, n}{\eta_\mathrm{HBM} B_\mathrm{HBM}} + k\, t_\mathrm{kernel}"""
-    if calib[C_CAST_BYTES] <= 0.0:
-        return 0.0
-    return memory_bound_time(calib[C_CAST_BYTES] * elements, kernels, hbm_bw, calib)
 
 
 @njit(cache=True)

@@ -79,3 +79,41 @@ def test_the_26_06_gb200_mxfp8_moe_rows_carry_both_from_their_config():
     eager = [dataclasses.replace(m.run, plan=dataclasses.replace(m.run.plan, cuda_graph_impl="none",
                                                                    fused_grouped_mlp=False)) for m in rows]
     assert all(perfmodel.predict(m.run).step_time_s < perfmodel.predict(e).step_time_s for m, e in zip(rows, eager))
+
+
+def _search(**knobs):
+    from trainscale.model import planner
+
+    model = ModelSpec.from_dict(SHAPE, name="oss-like")
+    space = {"tp": [1], "pp": [1], "ep": [8], "micro_batch": [1], "recompute": ["none"]}
+    return planner.search(model, GB200, 8, 64, top=1, space=space, stack="nemo", precision="mxfp8",
+                          moe_dispatcher="hybridep", **knobs)
+
+
+def test_search_prices_graphs_and_the_fused_mlp_as_predict_does():
+    _, (eager,) = _search()
+    _, (both,) = _search(cuda_graph_impl="full_iteration", fused_grouped_mlp=True)
+    assert both["plan"]["cuda_graph_impl"] == "full_iteration" and both["plan"]["fused_grouped_mlp"] is True
+    assert both["step_time_s"] < eager["step_time_s"]
+    plan = {k: both["plan"][k] for k in ("tp", "pp", "ep", "micro_batch", "recompute", "interleave",
+                                         "flash_attention", "sequence_parallel", "zero", "overlap_grad_reduce")}
+    p = perfmodel.predict(_run(**plan, cuda_graph_impl="full_iteration", fused_grouped_mlp=True))
+    assert both["step_time_s"] == pytest.approx(p.step_time_s, rel=1e-12)
+
+
+def test_search_keeps_the_fused_mlp_to_mxfp8_and_cli_takes_both(capsys):
+    from trainscale.interface.cli import main
+
+    with pytest.raises(SpecError, match="fused_grouped_mlp = 'yes' is invalid"):
+        _search(fused_grouped_mlp="yes")
+    from trainscale.model import planner
+
+    model = ModelSpec.from_dict(SHAPE, name="oss-like")
+    summary, ranked = planner.search(model, GB200, 8, 64, top=1, space={"tp": [1], "pp": [1], "ep": [8]},
+                                     stack="nemo", precision="bf16", fused_grouped_mlp=True)
+    assert ranked == [] and "nemo-fused-grouped-mlp-is-mxfp8" in summary.attrs["plans_by_stack_rule"]
+    assert main(["search", "--model", "moe-1.8t", "--system", "gb200-nvl72", "--gpus", "1024",
+                 "--global-batch", "1024", "--precision", "mxfp8", "--cuda-graph-impl", "full_iteration",
+                 "--fused-grouped-mlp", "--fix", "tp=8", "pp=8", "ep=16", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "full_iteration CUDA graphs; experts' fused grouped MLP" in out

@@ -91,5 +91,5 @@ def test_the_gpt_oss_rows_carry_both_and_a_bad_cell_is_refused():
     assert len(rows) == 17
     assert all(m.run.model.expert_bias and m.run.model.activation_func_clamp_value == 7.0 for m in rows)
     assert all(m.run.plan.rotary_kernel == "rotate_half" for m in rows)
-    with pytest.raises(ValueError, match="expert_bias = 'yes' is invalid; valid: true, or blank"):
-        measured._true({"id": "x", "expert_bias": "yes"}, "expert_bias")
+    with pytest.raises(ValueError, match="expert_bias = 'yes' is invalid; valid: blank, true or false"):
+        measured._flag({"id": "x", "expert_bias": "yes"}, "expert_bias", measured.STACKS_FILE)

@@ -312,6 +312,8 @@ def plan_from_grid_entry(entry: Mapping, global_batch: int) -> PlanSpec:
                     moe_imbalance=float(p.get("moe_imbalance", 1.0)),
                     overlap_moe_expert_parallel_comm=bool(p.get("overlap_moe_expert_parallel_comm", False)),
                     moe_dispatcher=p.get("moe_dispatcher", "alltoall"),
-                    recompute_modules=p.get("recompute_modules", ""))
+                    recompute_modules=p.get("recompute_modules", ""),
+                    cuda_graph_impl=p.get("cuda_graph_impl", "none"),
+                    fused_grouped_mlp=bool(p.get("fused_grouped_mlp", False)))
 
 

@@ -201,17 +201,10 @@ def _public_model(row: Mapping) -> str | ModelSpec:
              "vocab": int(row["vocab"]), "seq_len": int(row["seq_len"]), "source": row["source"],
              "position_embedding": positions, **moe, **dropouts}
     if row.get("expert_bias"):
-        shape["expert_bias"] = _true(row, "expert_bias")
+        shape["expert_bias"] = _flag(row, "expert_bias", STACKS_FILE)
     if row.get("activation_func_clamp_value"):
         shape["activation_func_clamp_value"] = _number(row, "activation_func_clamp_value")
     return ModelSpec.from_dict(shape, name=row["model"], where=f"{STACKS_FILE}: row {row.get('id')}")
-
-
-def _true(row: Mapping, key: str) -> bool:
-    """A cell that is ``true`` or blank (false)."""
-    if row[key] != "true":
-        raise ValueError(f"{STACKS_FILE}: row {row.get('id')}: {key} = {row[key]!r} is invalid; valid: true, or blank")
-    return True
 
 
 def _number(row: Mapping, key: str) -> float:

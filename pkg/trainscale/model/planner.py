@@ -18,22 +18,27 @@ from .vectors import calibration_vector, precision_choices, with_moe_knobs, with
 
 RERANK_CANDIDATES = 32
 # the fixed MoE knobs the stack rules read (data/stack_rules.yaml)
-RULE_KNOBS = ("overlap_moe_expert_parallel_comm", "moe_dispatcher", "recompute_modules")
+RULE_KNOBS = ("overlap_moe_expert_parallel_comm", "moe_dispatcher", "recompute_modules", "cuda_graph_impl",
+              "fused_grouped_mlp")
 MOE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PlanSpec)
-                if f.name in ("moe_imbalance", "overlap_moe_expert_parallel_comm", "moe_dispatcher")}
+                if f.name in ("moe_imbalance", "overlap_moe_expert_parallel_comm", "moe_dispatcher", "cuda_graph_impl",
+                              "fused_grouped_mlp")}
 
 
 def moe_knobs(moe_imbalance: float = 1.0, overlap_moe_expert_parallel_comm: bool = False,
-              moe_dispatcher: str = "alltoall", recompute_modules: str | Sequence[str] = "") -> dict:
-    """A search's fixed MoE and recomputation knobs, checked as a plan's (one line naming the field on bad input),
-    with the kernels' module mask."""
+              moe_dispatcher: str = "alltoall", recompute_modules: str | Sequence[str] = "",
+              cuda_graph_impl: str = "none", fused_grouped_mlp: bool = False) -> dict:
+    """A search's fixed MoE, recomputation and CUDA-graph knobs, checked as a plan's (one line naming the field on
+    bad input), with the kernels' module mask."""
     plan = PlanSpec.from_dict({"global_batch": 1, "dp": 1, "recompute": "selective", "moe_imbalance": moe_imbalance,
                                "overlap_moe_expert_parallel_comm": overlap_moe_expert_parallel_comm,
-                               "moe_dispatcher": moe_dispatcher, "recompute_modules": recompute_modules})
+                               "moe_dispatcher": moe_dispatcher, "recompute_modules": recompute_modules,
+                               "cuda_graph_impl": cuda_graph_impl, "fused_grouped_mlp": fused_grouped_mlp})
     return {"moe_imbalance": plan.moe_imbalance,
             "overlap_moe_expert_parallel_comm": plan.overlap_moe_expert_parallel_comm,
             "moe_dispatcher": plan.moe_dispatcher, "recompute_modules": plan.recompute_modules,
-            "recompute_module_mask": plan.recompute_module_mask}
+            "recompute_module_mask": plan.recompute_module_mask, "cuda_graph_impl": plan.cuda_graph_impl,
+            "fused_grouped_mlp": plan.fused_grouped_mlp}
 
 
 def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Mapping | None = None,
@@ -44,7 +49,7 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
            allow_unrunnable: bool = False, precision: str | Sequence[str] = "bf16",
            fp8_recipe: str = "", moe_imbalance: float = 1.0, overlap_moe_expert_parallel_comm: bool = False,
            moe_dispatcher: str = "alltoall", recompute_modules: str | Sequence[str] = "",
-           ) -> tuple[xr.Dataset, list[dict]]:
+           cuda_graph_impl: str = "none", fused_grouped_mlp: bool = False) -> tuple[xr.Dataset, list[dict]]:
     """The ``top`` best distinct feasible plans (highest throughput first) with a summary of the space.
 
     The space (default :func:`default_space`) is priced with the pipeline closed form over its structurally
@@ -72,9 +77,11 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
     fastest rows of all, the summary's counts the sums (``summary.attrs['precision']`` lists them).
 
     ``moe_imbalance``, ``overlap_moe_expert_parallel_comm`` and ``moe_dispatcher`` (a mixture of experts) and
-    ``recompute_modules`` (Megatron-Core's named modules, on the plans that recompute selectively) are fixed plan
-    fields of every plan searched, priced as :func:`predict` prices them; the stack rules see them (the EP
-    all-to-all overlap needs ep > 1, so with it on a search keeps only the plans with expert parallelism).
+    ``recompute_modules`` (Megatron-Core's named modules, on the plans that recompute selectively), ``cuda_graph_impl``
+    and ``fused_grouped_mlp`` (Megatron-Core's CUDA graphs and the experts' fused grouped MLP) are fixed plan
+    fields of every plan searched, priced as :func:`predict` prices them; the stack rules see them with the
+    precision (the EP all-to-all overlap needs ep > 1, so with it on a search keeps only the plans with expert
+    parallelism; the fused grouped MLP needs mxfp8).
     """
     from .confidence import plan_confidence
     from .searchspace import (CandidateStream, distinct_plans, fold_equal_plans, merge_summaries, scan_space,
@@ -88,23 +95,25 @@ def search(model, system, gpus: int, global_batch: int, top: int = 5, space: Map
                         compiled, grad_reduce_fp32, recompute_share, rotary_kernel, tp_async_backward, split_ends,
                         allow_unrunnable, precision=p, fp8_recipe=r, moe_imbalance=moe_imbalance,
                         overlap_moe_expert_parallel_comm=overlap_moe_expert_parallel_comm,
-                        moe_dispatcher=moe_dispatcher, recompute_modules=recompute_modules) for p, r in choices]
+                        moe_dispatcher=moe_dispatcher, recompute_modules=recompute_modules,
+                        cuda_graph_impl=cuda_graph_impl, fused_grouped_mlp=fused_grouped_mlp) for p, r in choices]
         rows = sorted((row for _, ranked in found for row in ranked), key=lambda row: row["step_time_s"])
         return merge_summaries([summary for summary, _ in found]), rows[:top]
     ((precision, recipe),) = choices
     space = dict(space or default_space(model, system, gpus, global_batch))
     if recompute_share is not None:
         recompute_share = check_float("recompute_share", recompute_share, 0.0, 1.0)
-    moe = moe_knobs(moe_imbalance, overlap_moe_expert_parallel_comm, moe_dispatcher, recompute_modules)
+    moe = moe_knobs(moe_imbalance, overlap_moe_expert_parallel_comm, moe_dispatcher, recompute_modules,
+                    cuda_graph_impl, fused_grouped_mlp)
     calib = with_precision(calibration_vector(system.generation, calibration, stack, compiled, grad_reduce_fp32,
                                               recompute_share, rotary_kernel, tp_async_backward),
                            system, calibration, stack, precision, recipe)
     with_moe_knobs(calib, moe["moe_imbalance"], moe["overlap_moe_expert_parallel_comm"], moe["moe_dispatcher"],
-                   moe["recompute_module_mask"])
+                   moe["recompute_module_mask"], moe["cuda_graph_impl"], moe["fused_grouped_mlp"])
     _check_split_ends(split_ends)
     prices = scan_space(model, system, calib, gpus, global_batch, space, split_ends=split_ends,
                         stack_rules=None if allow_unrunnable else stack,
-                        fixed={"compiled": bool(compiled), **{k: moe[k] for k in RULE_KNOBS}})
+                        fixed={"compiled": bool(compiled), "precision": precision, **{k: moe[k] for k in RULE_KNOBS}})
     fixed = {"stack": stack, "allow_unrunnable": bool(allow_unrunnable), "compiled": bool(compiled), "grad_reduce_fp32": bool(grad_reduce_fp32),
              "rotary_kernel": rotary_kernel, "tp_async_backward": tp_async_backward,
              "recompute_share": recompute_share, "split_ends": int(split_ends), "precision": precision,

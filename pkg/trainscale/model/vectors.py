@@ -255,17 +255,19 @@ def plan_calibration_vector(system: SystemSpec, plan: PlanSpec,
                              plan.recompute_share, plan.rotary_kernel, plan.tp_async_backward)
     if plan.custom_pipeline_layout:  # the run's own layout: chunks need not hold equal layers
         vec[K.C_EVEN_SPLIT] = 0.0
-    vec[K.C_FULL_ITERATION_GRAPH] = 1.0 if plan.cuda_graph_impl == "full_iteration" else 0.0
-    vec[K.C_FUSED_GROUPED_MLP] = 1.0 if plan.fused_grouped_mlp else 0.0
     with_moe_knobs(vec, plan.moe_imbalance, plan.overlap_moe_expert_parallel_comm, plan.moe_dispatcher,
-                   plan.recompute_module_mask)
+                   plan.recompute_module_mask, plan.cuda_graph_impl, plan.fused_grouped_mlp)
     return with_precision(vec, system, calibration, plan.stack, plan.precision, plan.recipe)
 
 
 def with_moe_knobs(vec: np.ndarray, moe_imbalance: float = 1.0, overlap_moe_expert_parallel_comm: bool = False,
-                   moe_dispatcher: str = "alltoall", recompute_module_mask: int = K.RM_CORE_ATTN) -> np.ndarray:
-    """``vec`` with a plan's mixture-of-experts knobs and its selective recomputation's modules written in (in
-    place): what :func:`plan_calibration_vector` gives a plan and a search gives every plan it prices."""
+                   moe_dispatcher: str = "alltoall", recompute_module_mask: int = K.RM_CORE_ATTN,
+                   cuda_graph_impl: str = "none", fused_grouped_mlp: bool = False) -> np.ndarray:
+    """``vec`` with a plan's mixture-of-experts knobs, its selective recomputation's modules and its CUDA graphs
+    written in (in place): what :func:`plan_calibration_vector` gives a plan and a search gives every plan it
+    prices (only ``full_iteration`` graphs change the price)."""
+    vec[K.C_FULL_ITERATION_GRAPH] = 1.0 if cuda_graph_impl == "full_iteration" else 0.0
+    vec[K.C_FUSED_GROUPED_MLP] = 1.0 if fused_grouped_mlp else 0.0
     vec[K.C_MOE_IMBALANCE] = moe_imbalance
     vec[K.C_EP_A2A_OVERLAP] = 1.0 if overlap_moe_expert_parallel_comm else 0.0
     vec[K.C_MOE_NODE_DEDUP] = 1.0 if moe_dispatcher in ("deepep", "hybridep") else 0.0  # both once per remote node

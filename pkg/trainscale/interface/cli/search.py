@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import yaml
 
-from ...model.spec_fields import MOE_DISPATCHERS
+from ...model.spec_fields import CUDA_GRAPH_IMPLS, MOE_DISPATCHERS
 from ...model.specs import ROTARY_KERNELS
 from .shared import (CLIError, _bounded_int, _dump_json, _imbalance, _positive_int, _progress, _share, _spec_arg,
                      _recompute_modules, _table, _warn)
@@ -90,7 +90,8 @@ def _search_options(args) -> dict:
             "tp_async_backward": _on_off(args.tp_async_backward), "split_ends": SPLIT_ENDS[args.split_ends],
             "allow_unrunnable": args.allow_unrunnable, "precision": args.precision, "fp8_recipe": args.fp8_recipe,
             "moe_imbalance": args.moe_imbalance, "overlap_moe_expert_parallel_comm": args.ep_overlap,
-            "moe_dispatcher": args.moe_dispatcher, "recompute_modules": args.recompute_modules}
+            "moe_dispatcher": args.moe_dispatcher, "recompute_modules": args.recompute_modules,
+            "cuda_graph_impl": args.cuda_graph_impl, "fused_grouped_mlp": args.fused_grouped_mlp}
 
 
 def _precisions(args, system) -> list[tuple[str, str]]:
@@ -113,7 +114,9 @@ def _knob_text(args) -> str:
     parts = ([f"moe imbalance {args.moe_imbalance:g}"] if args.moe_imbalance != 1.0 else []) \
         + (["EP all-to-all overlap"] if args.ep_overlap else []) \
         + ([f"{args.moe_dispatcher} dispatcher"] if args.moe_dispatcher != "alltoall" else []) \
-        + ([f"selective plans recompute {args.recompute_modules}"] if args.recompute_modules else [])
+        + ([f"selective plans recompute {args.recompute_modules}"] if args.recompute_modules else []) \
+        + ([f"{args.cuda_graph_impl} CUDA graphs"] if args.cuda_graph_impl != "none" else []) \
+        + (["experts' fused grouped MLP"] if args.fused_grouped_mlp else [])
     return "".join(f"; {p}" for p in parts)
 
 
@@ -144,6 +147,7 @@ def cmd_search(args) -> int:
                     "precision": [p for p, _ in precisions], "fp8_recipe": {p: r for p, r in precisions},
                     "moe_imbalance": args.moe_imbalance, "overlap_moe_expert_parallel_comm": args.ep_overlap,
                     "moe_dispatcher": args.moe_dispatcher, "recompute_modules": args.recompute_modules,
+                    "cuda_graph_impl": args.cuda_graph_impl, "fused_grouped_mlp": args.fused_grouped_mlp,
                     "global_batch": args.global_batch, "seq_len": model.seq_len, "fixed": fixed,
                     "searched": sorted(k for k, v in space.items() if len(v) > 1), **counts, "best": best,
                     **({} if best else {"reason": _no_plan_reason(summary, args)})})
@@ -388,6 +392,13 @@ def _add_search_arguments(p, gpus_type, gpus_help: str, space_help: str) -> None
                    help="Megatron-Core's modules a selective recompute re-runs, comma-separated, as predict's "
                         "plan.recompute_modules (core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, "
                         "shared_experts; default: the stack's, core_attn); applies to the selective plans")
+    p.add_argument("--cuda-graph-impl", default="none", choices=CUDA_GRAPH_IMPLS,
+                   help="Megatron-Core's CUDA graphs of every plan, as predict's plan.cuda_graph_impl: none (default), "
+                        "local, transformer_engine or full_iteration (only full_iteration changes the price: no host "
+                        "issue inside the step)")
+    p.add_argument("--fused-grouped-mlp", action="store_true",
+                   help="mixture of experts: the experts' fused grouped MLP (Megatron-Core's cutedsl_fused_grouped_mlp, "
+                        "as predict's plan.fused_grouped_mlp; its stack rule needs --precision mxfp8)")
     p.add_argument("--fix", nargs="+", metavar="FIELD=VALUE", help="fixed plan fields, e.g. --fix tp=8 pp=16 cp=1")
     p.add_argument("--search", nargs="+", metavar="KNOB", help="search only these knobs (the others keep "
                    "their defaults unless fixed), e.g. --search interleave recompute micro_batch")

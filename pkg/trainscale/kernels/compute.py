@@ -22,7 +22,8 @@ roofline maximum of compute and HBM traffic, plus a fixed per-kernel cost:
 
 from numba import njit
 
-from .layout import C_ATTN_BWD_EFF, C_ATTN_EFF, C_CAST_BYTES, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_TILE_M, C_TILE_N
+from .layout import (C_ATTN_BWD_EFF, C_ATTN_EFF, C_ATTN_EXP_FLOPS, C_CAST_BYTES, C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S,
+                     C_TILE_M, C_TILE_N)
 
 
 @njit(cache=True)
@@ -105,3 +106,20 @@ def fused_attention_fwd_bwd_time(s_q, s_k, d, batch, peak_flops, hbm_bw, sms, ca
     t_memory = 2.0 * batch * (s_q + s_k) * d / (calib[C_HBM_EFF] * hbm_bw)
     fwd = max(t_compute, t_memory)
     return fwd + calib[C_KERNEL_S], 2.0 * fwd / calib[C_ATTN_BWD_EFF] + calib[C_KERNEL_S]
+
+
+@njit(cache=True)
+def attention_exp_time(scores, peak_flops, calib):
+    r"""Seconds of the exponentials of a fused attention's softmax over ``scores`` query-key pairs
+    (heads x sequences included), once: the forward's ``P = exp(S - m)``, and again where the backward
+    recomputes ``P`` from the saved log-sum-exp. They run on the special-function units
+    (``MUFU.EX2``), 16 per streaming multiprocessor per clock on Ampere, Hopper and Blackwell, while
+    the tensor cores compute many times more: ``F = calib[C_ATTN_EXP_FLOPS]`` dense 16-bit FLOPs in
+    the time of one exponential (128 on A100, 256 on H100, 512 on B200). The second product waits for
+    the softmax of its block, so the time adds to the products' (NVIDIA: on GB200 the tensor cores
+    idle while the SFUs normalise the scores):
+
+    .. math:: t_\mathrm{exp} = \frac{n_\mathrm{scores}\, F}{P}
+
+    0 where ``F`` is 0 (not priced)."""
+    return scores * calib[C_ATTN_EXP_FLOPS] / peak_flops

@@ -66,7 +66,7 @@ import numpy as np
 from numba import njit, prange
 
 from .collectives import allgather_time, domain_allreduce_time
-from .compute import gemm_efficiency, gemm_time, memory_bound_time
+from .compute import attention_exp_time, gemm_efficiency, gemm_time, memory_bound_time
 from .layout import (
     C_GEMM_PEAK_EFF, C_HBM_EFF, C_KERNEL_S, C_NET_EFF, C_TILE_M, C_TILE_N,
     M_FFN, M_FFN_MATS, M_HEADS, M_HIDDEN, M_KV_HEADS, M_LAYERS, M_VOCAB,
@@ -116,7 +116,8 @@ def mlp_elementwise_bytes(m, h, f, nf, t):
 # --------------------------------------------------------------------------- block times
 @njit(cache=True)
 def attention_core_time(b, s_k, ctx, h, heads, kv, t, peak, hbm, sms, calib):
-    """Fused causal attention of ``s_k`` query tokens over ``ctx + s_k`` keys, one GPU's heads."""
+    """Fused causal attention of ``s_k`` query tokens over ``ctx + s_k`` keys, one GPU's heads: both products
+    on the roofline, plus the softmax's exponentials (:func:`~trainscale.kernels.compute.attention_exp_time`)."""
     if s_k <= 0:
         return 0.0
     d = h / heads
@@ -124,7 +125,8 @@ def attention_core_time(b, s_k, ctx, h, heads, kv, t, peak, hbm, sms, calib):
     mean_keys = ctx + (s_k + 1) // 2
     eff = gemm_efficiency(s_k, mean_keys, b * (heads // t), sms, calib[C_GEMM_PEAK_EFF],
                           calib[C_TILE_M], calib[C_TILE_N])
-    t_compute = flops / (eff * peak)
+    scores = b * (heads / t) * (s_k * ctx + s_k * (s_k + 1.0) / 2.0)
+    t_compute = flops / (eff * peak) + attention_exp_time(scores, peak, calib)  # the softmax's exponentials
     nbytes = BYTES * (2.0 * b * s_k * h + 2.0 * b * (ctx + s_k) * kv) / t
     t_memory = nbytes / (calib[C_HBM_EFF] * hbm)
     return (t_compute if t_compute > t_memory else t_memory) + calib[C_KERNEL_S]

@@ -8,7 +8,8 @@ matrices, key/value width ``h_kv``; forward, no causal halving):
 
 .. math:: F_\mathrm{layer} = 2bsh(h + 2h_{kv}) + 2bsh^2 + 2 n_f\, bshf + 4bs^2h
 
-which for GPT (``h_kv = h``, ``f = 4h``, ``n_f = 2``) is Megatron's ``24bsh^2 + 4bs^2h``.
+which for GPT (``h_kv = h``, ``f = 4h``, ``n_f = 2``) is Megatron's ``24bsh^2 + 4bs^2h``; a fused
+attention adds its softmax's ``b a s^2`` exponentials on the special-function units (``attention_exp_time``).
 Backward costs two GEMMs per forward GEMM. Full recomputation repeats the forward; selective
 recomputation repeats the attention core (Korthikanti et al. 2022).
 The last stage adds the output layer's GEMMs and the stack's cross-entropy, memory-bound over the
@@ -40,7 +41,7 @@ from .attention import (
     attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops, qkv_projection_time,
     rotary_widths, up_projection_flops, up_projection_time,
 )
-from .compute import cast_time, fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
+from .compute import attention_exp_time, cast_time, fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
     C_ATTN_BWD_EFF, C_BF16_OPTIMIZER, C_CAST_BYTES, C_ELEM_TRAFFIC, C_EP_A2A_OVERLAP, C_FULL_ITERATION_GRAPH,
     C_FUSED_GROUPED_MLP, C_KERNEL_S, C_LAYER_HOST_S,
@@ -291,6 +292,7 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     # GEMMs of one layer (tensor-parallel shard)
     f_qkv, b_qkv = qkv_projection_time(model, im, itp, sp, qw, kv, lin, hbm, sms, calib)
     heads_local = ib * ia // itp
+    t_exp = 0.0  # the fused softmax's exponentials (forward; again in the backward's recompute of P)
     if flash:  # fused attention: the s x s scores stay on chip
         f_sc, b_sc = fused_attention_fwd_bwd_time(isc, is_, int(d_qk), heads_local, peak, hbm, sms, calib)
         f_av, b_av = f_sc, b_sc
@@ -301,7 +303,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
         f_av, b_av = gemm_fwd_bwd_time(isc, int(d_v), is_, heads_local, peak, hbm, sms, calib)
     if flash:  # fused causal attention computes only the blocks on and below the diagonal
         causal = causal_block_fraction(sc, s)
-        f_sc *= causal
+        t_exp = attention_exp_time(heads_local * sc * s, peak, calib) * causal  # the softmax's exponentials
+        f_sc = f_sc * causal + t_exp
         b_sc *= causal
         f_av *= causal
         b_av *= causal
@@ -337,8 +340,8 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
             f_shared = f_su + f_sd
     fwd_gemm = f_qkv + f_sc + f_av + f_o + f_up + f_dn
     bwd_gemm = b_qkv + b_sc + b_av + b_o + b_up + b_dn
-    if flash:  # flash attention's backward recomputes the scores on chip, at the backward's efficiency
-        bwd_gemm += f_sc / calib[C_ATTN_BWD_EFF]
+    if flash:  # flash attention's backward recomputes the scores on chip, at the backward's efficiency, and P
+        bwd_gemm += (f_sc - t_exp) / calib[C_ATTN_BWD_EFF] + t_exp
 
     # memory-bound kernels: LayerNorms, dropouts, residual adds (replicated across TP ranks
     # unless sequence parallel), the FFN activation, softmax + attention dropout on s x s scores

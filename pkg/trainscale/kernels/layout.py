@@ -106,7 +106,8 @@ C_DP_BUCKET_OVERLAP_ONLY = 41  # per stack: 1 where the stack buckets only with 
 C_DP_BUCKET_PER_BLOCK = 42  # per stack: 1 where the stack reduces each wrapped block (a layer) as its own bucket (FSDP)
 C_FULL_ITERATION_GRAPH = 43  # per plan: 1 where CUDA graphs capture the step's forward and backward (no host issue)
 C_FUSED_GROUPED_MLP = 44  # per plan: 1 where the experts' MLP runs as two fused grouped-GEMM kernels (plan.fused_grouped_mlp)
-C_SIZE = 45
+C_ATTN_EXP_FLOPS = 45  # per generation: dense 16-bit tensor-core FLOPs per exponential of the special-function units (a fused attention's softmax; 0: not priced)
+C_SIZE = 46
 
 # recomputation modes
 RC_NONE = 0

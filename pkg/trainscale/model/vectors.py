@@ -188,6 +188,7 @@ def calibration_vector(generation: str, overrides: Mapping[str, float] | None = 
     # the stack's fused attention kernel: native to the generation, or FlashAttention-2 at its measured share
     fa2 = stack_fixed["attention_kernel"]["value"] == "fa2"
     vec[K.C_ATTN_EFF] = fixed["fa2_attention_efficiency"]["value"] if fa2 else 1.0
+    vec[K.C_ATTN_EXP_FLOPS] = fixed["flops_per_exponential"]["value"]
     vec[K.C_TILE_M] = fixed["tile_m"]["value"]
     vec[K.C_TILE_N] = fixed["tile_n"]["value"]
     vec[K.C_KERNEL_S] = common["kernel_overhead_s"]["value"]

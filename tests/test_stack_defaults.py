@@ -41,14 +41,15 @@ OPPOSITE = {"recompute": "selective", "flash_attention": True, "zero": 2, "seque
 # one DeepEP) their release's config sets (bridge_archive.py), and bridge-hopper when it gained the MoE guide's row;
 # re-recorded when PlanSpec gained cuda_graph_impl (default 'none') and fused_grouped_mlp (default False): with those
 # defaults taken out of each repr every dataset's hash is the one recorded before but bridge-2606's, whose 8 GB200
-# MXFP8 MoE rows took the full-iteration graphs and fused grouped MLP of their release's config (checked).
+# MXFP8 MoE rows took the full-iteration graphs and fused grouped MLP of their release's config (checked); bridge-mla
+# when its 25.11 B200 DeepSeek-V3 row 'w/ MTP' took its recipe's pipeline split (first_stage_layers 4, last 1).
 PLAN_HASHES_BEFORE = {
     "bridge-2602": "351e4f91674a364e 33",
     "bridge-2604": "d6849ab7133303af 32",
     "bridge-2606": "65365b34d064525f 11",
     "bridge-blackwell": "95248dc0f35dc556 14",
     "bridge-hopper": "199bd55b4c1179fc 7",
-    "bridge-mla": "424814c3f5ce1893 3",
+    "bridge-mla": "d98b05bef849bf25 3",
     "calculon": "55897fc4ca8d3d73 8",
     "deepspeed-ampere": "2b3d3e7021ac5615 3",
     "deepspeed-trials": "b1cb8dd5290259bf 39",

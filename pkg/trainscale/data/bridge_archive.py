@@ -47,7 +47,7 @@ SHAPE = ("params_b", "layers", "hidden", "heads", "ffn_hidden", "vocab", "kv_hea
          "rotary_kernel", "experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers",
          "dense_ffn_hidden", "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
          "v_head_dim", "hidden_dropout", "attention_dropout", "expert_bias",
-         "activation_func_clamp_value")
+         "activation_func_clamp_value", "mtp_num_layers")
 FOOTNOTE = re.compile(r"\[\^([^\]]+)\]")
 # Megatron-Core's batch-level EP all-to-all overlap (plan.overlap_moe_expert_parallel_comm) where the release's own
 # performance scripts turn it on: moe_a2a_overlap=True in the row's workload base config (the default config variant,
@@ -307,7 +307,10 @@ def _row(release, row, raw_system, model_key, mtp, precision_key, notes, templat
     if model == "deepseek-v3":
         note.append("its multi-head latent attention priced as such (its widths from the 25.11 row)")
     if mtp:
-        note.append("with multi-token prediction (MTP), not modelled")
+        note.append("with multi-token prediction (the table's 'w/ MTP'): mtp_num_layers as its 25.11 row")
+    elif model == "deepseek-v3":
+        note.append("multi-token prediction not stated, not priced (the DeepSeek-V3 recipe sets mtp_num_layers 1 in "
+                    "every release, but 25.11's table ran its GB200 rows with that recipe 'w/o MTP')")
     if custom:
         note.append(f"{layers} layers do not split evenly over pp*vp = {pp * vp} chunks: custom_pipeline_layout")
     if dispatcher:

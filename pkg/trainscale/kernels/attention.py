@@ -28,6 +28,9 @@ from .compute import gemm_fwd_bwd_time
 from .layout import M_HEAD_DIM, M_HEADS, M_HIDDEN, M_KV_HEADS, M_KV_LORA, M_Q_LORA, M_QK_HEAD, M_QK_POS, M_V_HEAD
 
 
+FLASH_BLOCK = 128.0  # key/value block of FlashAttention-2 and cuDNN's fused attention on Ampere/Hopper
+
+
 @njit(cache=True)
 def is_latent_attention(model):
     return model[M_KV_LORA] > 0.0
@@ -123,3 +126,18 @@ def linear_input_width(model, h, qw):
     if not is_latent_attention(model):
         return h + qw
     return h + qw + model[M_Q_LORA] + model[M_KV_LORA]
+
+
+@njit(cache=True)
+def causal_block_fraction(s_q, s_k):
+    """Share of the ``s_q x s_k`` score blocks a fused causal attention kernel computes.
+
+    FlashAttention skips the key blocks wholly above the diagonal: with ``n = s_k / B`` blocks
+    of ``B`` = :data:`FLASH_BLOCK` keys, ``n (n + 1) / 2`` of the ``n^2`` blocks are computed,
+    a fraction ``(1 + B / s_k) / 2`` (for a query slice of ``s_q < s_k`` tokens, as under context
+    parallelism with load balancing, the same on average). Unfused attention (Megatron without
+    flash) multiplies the whole matrix and masks it: fraction 1. The model FLOPs keep the
+    convention of Narayanan et al. (no causal halving); only the time is halved."""
+    if s_k <= FLASH_BLOCK:
+        return 1.0
+    return 0.5 * (1.0 + FLASH_BLOCK / s_k)

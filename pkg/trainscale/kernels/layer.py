@@ -37,9 +37,9 @@ from .collectives import BYTES, allgather_time, domain_allreduce_time, out_link,
 from .activations import (
     attention_saved_units, dropout_mask_units, mlp_saved_units, recomputes, saved_input_bytes, unfused_score_bytes,
 )
-from .attention import (
-    attention_widths, is_latent_attention, linear_input_width, qkv_projection_flops, qkv_projection_time,
-    rotary_widths, up_projection_flops, up_projection_time,
+from .attention import (  # causal_block_fraction is imported from here too
+    attention_widths, causal_block_fraction, is_latent_attention, linear_input_width,
+    qkv_projection_flops, qkv_projection_time, rotary_widths, up_projection_flops, up_projection_time,
 )
 from .compute import attention_exp_time, cast_time, fused_attention_fwd_bwd_time, gemm_fwd_bwd_time, memory_bound_time
 from .layout import (
@@ -50,8 +50,8 @@ from .layout import (
     C_TP_ASYNC_BWD, L_ACT_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP, L_CP, L_CP_FWD,
     L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE, L_FWD_MOE_HOST,
     L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_BYTES, L_HEAD_FWD, L_RECOMP, L_RECOMP_TP, L_TP_TOTAL, L_WORK_BYTES,
-    M_CAPACITY, M_EXPERT_BIAS, M_EXPERTS, M_FFN, M_FFN_MATS, M_GLU_CLAMP, M_HEADS, M_HIDDEN, M_PARAMS_LAYER, M_ROTARY,
-    M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, RM_CORE_ATTN, RM_LAYERNORM, RM_MLA_UP_PROJ,
+    M_CAPACITY, M_EXPERT_BIAS, M_EXPERTS, M_FFN, M_FFN_MATS, M_GLU_CLAMP, M_HEADS, M_HIDDEN, M_MTP_LAYERS, M_PARAMS_LAYER,
+    M_ROTARY, M_SEQ, M_SHARED_FFN, M_TOP_K, M_VOCAB, RC_FULL, RC_SELECTIVE, RM_CORE_ATTN, RM_LAYERNORM, RM_MLA_UP_PROJ,
     RM_MLP, RM_MOE, RM_MOE_ACT, RM_SHARED_EXPERTS, S_HBM_BW, S_PEAK_FLOPS, S_SCALE_UP_BW,
     S_SCALE_UP_DOMAIN, S_SCALE_UP_LAT, S_SMS,
 )
@@ -73,7 +73,6 @@ SCORE_BYTES = (4.0 + 5.0, 5.0 + 6.0)
 # per hidden element of a token: LayerNorms, dropouts and residual adds, forward (the backward moves
 # twice as much, as does the FFN activation's 2 bytes per element and input matrix)
 NORM_DROPOUT_RESIDUAL_BYTES = 30.0
-FLASH_BLOCK = 128.0  # key/value block of FlashAttention-2 and cuDNN's fused attention on Ampere/Hopper
 
 
 @njit(cache=True)
@@ -91,21 +90,6 @@ def eager_chain_factor(model, calib):
     if model[M_FFN_MATS] < 2.5:
         return 1.0
     return calib[C_ELEM_TRAFFIC]
-
-
-@njit(cache=True)
-def causal_block_fraction(s_q, s_k):
-    """Share of the ``s_q x s_k`` score blocks a fused causal attention kernel computes.
-
-    FlashAttention skips the key blocks wholly above the diagonal: with ``n = s_k / B`` blocks
-    of ``B`` = :data:`FLASH_BLOCK` keys, ``n (n + 1) / 2`` of the ``n^2`` blocks are computed,
-    a fraction ``(1 + B / s_k) / 2`` (for a query slice of ``s_q < s_k`` tokens, as under context
-    parallelism with load balancing, the same on average). Unfused attention (Megatron without
-    flash) multiplies the whole matrix and masks it: fraction 1. The model FLOPs keep the
-    convention of Narayanan et al. (no causal halving); only the time is halved."""
-    if s_k <= FLASH_BLOCK:
-        return 1.0
-    return 0.5 * (1.0 + FLASH_BLOCK / s_k)
 
 
 @njit(cache=True)
@@ -580,6 +564,9 @@ def layer_costs(model, system, calib, tp, cp, mb, rc, sp, flash, out, ep=1, tp_o
     out[L_TP_TOTAL] = (2.0 + regather + recomputed) * tp_pass
     out[L_CP_TOTAL] = cp_total
     out[L_CP_FWD] = cp_fwd
+    if model[M_MTP_LAYERS] > 0:  # multi-token prediction on the last stage: its projection from 2h to h
+        eh_proj = gemm_fwd_bwd_time(im, ih // itp, 2 * ih, np.int64(1), lin, hbm, sms, calib)
+        mtp_head_costs(out, model[M_MTP_LAYERS], eh_proj[0], eh_proj[1], float(tokens), h)
 
 
 @njit(cache=True)
@@ -591,3 +578,17 @@ def layer_fwd_bwd(lc):
     bwd = (lc[L_BWD_GEMM] + lc[L_BWD_ELEM] + lc[L_BWD_TP] + lc[L_RECOMP] + lc[L_RECOMP_TP] + lc[L_BWD_EP]
            + lc[L_BWD_MOE] + lc[L_BWD_MOE_HOST])
     return fwd, bwd
+
+
+@njit(cache=True)
+def mtp_head_costs(lc, depths, eh_fwd, eh_bwd, tokens, h):
+    """Add ``depths`` multi-token prediction modules to the last stage's head (``L_HEAD_*``, in place), each one more
+    layer of the model (:func:`layer_fwd_bwd`), the projection of ``[norm(h); norm(emb)]`` from ``2h`` to ``h``
+    (``eh_fwd``, ``eh_bwd`` seconds) and another output layer and loss, with that layer's activations and logits
+    kept: Megatron-Core's ``MultiTokenPredictionBlock`` (megatron/core/transformer/multi_token_prediction.py)."""
+    fwd, bwd = layer_fwd_bwd(lc)
+    head_fwd, head_bwd = lc[L_HEAD_FWD], lc[L_HEAD_BWD]
+    lc[L_HEAD_FWD] = head_fwd + depths * (fwd + eh_fwd + head_fwd)
+    lc[L_HEAD_BWD] = head_bwd + depths * (bwd + eh_bwd + head_bwd)
+    lc[L_HEAD_BYTES] = lc[L_HEAD_BYTES] * (1.0 + depths) + depths * lc[L_ACT_BYTES]
+    lc[L_FLOPS_HEAD] = lc[L_FLOPS_HEAD] * (1.0 + depths) + depths * (lc[L_FLOPS_FWD] + 4.0 * tokens * h * h)

@@ -37,7 +37,9 @@ M_HIDDEN_DROPOUT = 24  # after the attention and the MLP blocks (Megatron-Core's
 M_ATTENTION_DROPOUT = 25  # on the attention probabilities (attention_dropout)
 M_EXPERT_BIAS = 26  # 1 where the experts' linear layers carry biases (GPT-OSS; kernels.moe.expert_bias_time)
 M_GLU_CLAMP = 27  # the clamp of a clamped GLU (activation_func_clamp_value; 0: none; kernels.moe.glu_clamp_time)
-M_SIZE = 28
+M_MTP_LAYERS = 28  # multi-token prediction depths (Megatron-Core's mtp_num_layers): on the last stage, each one more layer,
+#   a 2h -> h projection and another output layer and loss (kernels.layer.mtp_head_costs)
+M_SIZE = 29
 
 # system vector (SI units: FLOP/s, bytes/s, bytes, seconds, watts)
 S_PEAK_FLOPS = 0

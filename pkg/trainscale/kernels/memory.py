@@ -19,7 +19,8 @@ from numba import njit
 from .collectives import BYTES
 from .layout import (
     C_BF16_OPTIMIZER, C_GRAD_BYTES, C_LP_WEIGHT_BYTES, C_RESERVED_BYTES, L_ACT_BYTES, L_HEAD_BYTES, L_WORK_BYTES,
-    M_EXPERTS, M_LAYERS, M_PARAMS_EMBED, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_TENSORS_LAYER,
+    M_EXPERTS, M_LAYERS, M_MTP_LAYERS, M_PARAMS_EMBED, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER,
+    M_TENSORS_LAYER,
     O_MEM_ACTIVATIONS, O_MEM_BUFFERS, O_MEM_GRADS, O_MEM_OPTIMIZER, O_MEM_RESERVED, O_MEM_TRANSIENT, O_MEM_WEIGHTS,
 )
 from .pipesplit import device_layers, held_layers, split_chunk_layers, split_stage_layers
@@ -142,27 +143,32 @@ def shaped_memory_components(model, calib, lc, pp, v, zero, shard_ranks, e_shard
         g += BYTES
         ge += BYTES
     act = lc[L_ACT_BYTES]
+    mtp = model[M_MTP_LAYERS]  # multi-token prediction: its layers and a copy of the embedding on the last stage
+    mtp_dense = mtp * p_layer + (model[M_PARAMS_EMBED] / t if mtp > 0 else 0.0)
     best = -1.0
     # candidate stages: first, middle-most loaded, last (one stage when pp == 1)
     n_stages = 1 if pp == 1 else (3 if pp > 2 else 2)
     for k in range(n_stages):
         if pp == 1:
             n_l = layers
-            dense = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t
+            dense = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / t + mtp * p_layer
             a = act * layers + lc[L_HEAD_BYTES]
             k_shape = 0
+            n_e = n_l + mtp
         else:  # the same operations, in the same order, as stage_activation_bytes
             k_shape = k if pp > 2 or k == 0 else 2
             n_l = shape[k_shape, 0]
+            n_e = n_l
             a = act * shape[k_shape, 1] * shape[k_shape, 2] if v == 1 else act * shape[k_shape, 1]
             if k_shape == 0:
                 dense = n_l * p_layer + model[M_PARAMS_EMBED] / t
             elif k_shape == 1:
                 dense = n_l * p_layer
             else:
-                dense = n_l * p_layer + model[M_PARAMS_HEAD] / t
+                dense = n_l * p_layer + model[M_PARAMS_HEAD] / t + mtp_dense
                 a = a + lc[L_HEAD_BYTES]
-        experts = n_l * pe_layer
+                n_e = n_l + mtp
+        experts = n_e * pe_layer
         weights = dense * w + experts * we
         grads = dense * g + experts * ge
         optim = dense * o + experts * oe

@@ -45,7 +45,8 @@ from .layout import (
     C_STRAGGLER_SPREAD, C_WEIGHT_CAST_BYTES, L_BWD_ELEM, L_BWD_EP, L_BWD_GEMM, L_BWD_MOE, L_BWD_MOE_HOST, L_BWD_TP,
     L_CP, L_CP_FWD, L_CP_TOTAL, L_FLOPS_FWD, L_FLOPS_HEAD, L_FLOPS_RECOMP, L_FWD_ELEM, L_FWD_EP, L_FWD_GEMM, L_FWD_MOE,
     L_FWD_MOE_HOST, L_FWD_TP, L_HBM_TIME, L_HEAD_BWD, L_HEAD_FWD, L_RECOMP, L_RECOMP_TP, L_TP_TOTAL, M_EXPERTS, M_HEADS,
-    M_HIDDEN, M_KV_HEADS, M_LAYERS, M_PARAMS_EMBED, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER, M_SEQ, O_BUBBLE,
+    M_HIDDEN, M_KV_HEADS, M_LAYERS, M_MTP_LAYERS, M_PARAMS_EMBED, M_PARAMS_EXPERTS, M_PARAMS_HEAD, M_PARAMS_LAYER,
+    M_SEQ, O_BUBBLE,
     O_COMPUTE, O_CP_COMM, O_CP_COMM_TOTAL, O_DP_COMM, O_DP_COMM_TOTAL, O_DP_EXPOSED, O_ENDS, O_ENERGY_J, O_EP_COMM,
     O_GEMM_BUSY, O_HBM_BUSY, O_HEAD_BWD, O_HEAD_FWD, O_HW_FLOPS, O_LAYER_BWD, O_LAYER_FWD, O_MEM_BYTES, O_MODEL_FLOPS,
     O_MOE_HOST, O_MOE_PERMUTE, O_OPTIMIZER, O_P2P, O_POWER_W, O_PP_COMM, O_REASON, O_RECOMPUTE, O_STEP, O_STRAGGLER,
@@ -270,13 +271,14 @@ def plan_time(model, system, calib, lc, gpus, tp, pp, dp, cp, v, mb, gb, rc, zer
     # parameters on the most loaded device (first or last stage hold embedding / output layer)
     p_layer = model[M_PARAMS_LAYER] / tp
     p_first = l_first * p_layer + model[M_PARAMS_EMBED] / tp
-    p_last = l_last * p_layer + model[M_PARAMS_HEAD] / tp
+    mtp = model[M_MTP_LAYERS]  # multi-token prediction: its layers and a copy of the embedding on the last stage
+    p_last = (l_last + mtp) * p_layer + model[M_PARAMS_HEAD] / tp + (model[M_PARAMS_EMBED] / tp if mtp > 0 else 0.0)
     if pp == 1:
-        p_first = layers * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / tp
+        p_first = (layers + mtp) * p_layer + (model[M_PARAMS_EMBED] + model[M_PARAMS_HEAD]) / tp
         p_last = p_first
     p_dev = max(p_first, p_last)
     pe_layer = model[M_PARAMS_EXPERTS] / (et * ep) if moe else 0.0
-    pe_dev = max(l_first, max(l_mid, l_last)) * pe_layer
+    pe_dev = max(l_first, max(l_mid, l_last + mtp)) * pe_layer
 
     # data-parallel gradient synchronisation, once per step (over dp x cp ranks, tp apart); the
     # expert gradients over the expert-data-parallel ranks (tp*ep apart); in the stack's gradient precision

@@ -219,14 +219,16 @@ def _number(row: Mapping, key: str) -> float:
 DROPOUT_COLUMNS = ("hidden_dropout", "attention_dropout")
 # model columns beyond the dense shape (issue 36): experts, attention width, shared and leading dense layers
 MOE_COLUMNS = ("experts", "top_k", "shared_experts", "shared_expert_ffn_hidden", "dense_layers", "dense_ffn_hidden",
-               "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+               "kv_channels", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+               "mtp_num_layers")
 
 
 def _public_plan(row: Mapping) -> dict:
     stack = row["stack"]
     tp = int(row["tp"])
     plan = {"tp": tp, "pp": int(row["pp"]), "global_batch": int(row["global_batch"]), "stack": stack}
-    for key in ("dp", "cp", "interleave", "micro_batch", "zero", "ep", "shard_group"):
+    for key in ("dp", "cp", "interleave", "micro_batch", "zero", "ep", "shard_group", "first_stage_layers",
+                "last_stage_layers"):
         if row.get(key):
             plan[key] = int(row[key])
     if row["recompute"]:

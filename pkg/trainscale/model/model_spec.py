@@ -63,6 +63,11 @@ class ModelSpec:
     ``activation_func_clamp_value`` (Megatron-Core's name; 0: none): the experts' GLU clamps its two halves to this
     value first (GPT-OSS: 7), which Megatron-Core does in PyTorch before its fused activation
     (:func:`trainscale.kernels.moe.glu_clamp_time`); only a mixture of experts with a GLU (``swiglu``) has it here.
+
+    ``mtp_num_layers`` (Megatron-Core's name; 0: none): multi-token prediction depths (DeepSeek-V3: 1). Megatron-Core
+    builds them on the last pipeline stage; each runs one more layer of the model on the normalised hidden states and
+    next tokens' embeddings projected from ``2h`` to ``h``, and another output layer and loss
+    (:func:`trainscale.kernels.layer.mtp_head_costs`). ``layers`` counts the main model's layers only.
     """
 
     name: str
@@ -93,6 +98,7 @@ class ModelSpec:
     attention_dropout: float = 0.1
     expert_bias: bool = False
     activation_func_clamp_value: float = 0.0
+    mtp_num_layers: int = 0
 
     @property
     def is_mla(self) -> bool:
@@ -292,6 +298,7 @@ class ModelSpec:
             **dropouts,
             expert_bias=expert_bias,
             activation_func_clamp_value=clamp,
+            mtp_num_layers=_int(d, "mtp_num_layers", where, 0, minimum=0),
         )
 
 

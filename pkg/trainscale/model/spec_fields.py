@@ -55,7 +55,7 @@ INT_LIMITS = {"layers": 100_000, "hidden": 2**20, "heads": 2**16, "kv_heads": 2*
               "shard_group": 2**30, "ep": 2**16, "gpus": 2**30, "etp": 2**20, "kv_channels": 2**16,
               "shared_experts": 2**16, "shared_expert_ffn_hidden": 2**22, "dense_layers": 100_000,
               "dense_ffn_hidden": 2**22, "q_lora_rank": 2**20, "kv_lora_rank": 2**20, "qk_head_dim": 2**16,
-              "qk_pos_emb_head_dim": 2**16, "v_head_dim": 2**16}
+              "qk_pos_emb_head_dim": 2**16, "v_head_dim": 2**16, "mtp_num_layers": 100_000}
 
 
 def _int(d: Mapping, key: str, where: str | None, default=None, minimum: int = 1) -> int:

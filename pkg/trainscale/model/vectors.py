@@ -55,6 +55,7 @@ def model_vector(model: ModelSpec) -> np.ndarray:
     vec[K.M_ATTENTION_DROPOUT] = model.attention_dropout
     vec[K.M_EXPERT_BIAS] = 1.0 if model.expert_bias else 0.0
     vec[K.M_GLU_CLAMP] = model.activation_func_clamp_value
+    vec[K.M_MTP_LAYERS] = model.mtp_num_layers
     vec[K.M_TENSORS_LAYER] = model.weight_matrices_per_layer()
     return vec
 

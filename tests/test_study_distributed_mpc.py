@@ -174,3 +174,14 @@ def test_quick_workflow_writes_the_outputs(quick_workflow):
         assert (folder / name).stat().st_size > 0, name
     written = comparison.read_records(folder / comparison.RECORDS_FILE)
     assert comparison.diff_records(study.compare(folder), written) == []
+
+
+def test_the_work_record_takes_each_cells_fastest_repetition():
+    """A repetition slowed by another process (here 5x) does not move the record: each cell's minimum is used."""
+    rt = study.runtime_study([8, 16], [2], flop_budget=2e5, repeats=3)
+    samples = np.array([[[1.0, 1.0, 5.0], [2.4, 12.0, 2.2]]]) * 1e-6  # (d, n, repeat) seconds per iteration
+    rt["serial_s_per_iter_samples"] = (rt["serial_s_per_iter_samples"].dims, samples,
+                                       rt["serial_s_per_iter_samples"].attrs)
+    record = study._work_record(rt, "test")
+    assert record.our_value == pytest.approx((2.2 / 16) / (1.0 / 8), rel=1e-12)
+    assert "fastest of 3 repetitions" in record.reason

@@ -269,13 +269,18 @@ def compare(folder) -> list[comparison.Record]:
     return records
 
 
+def serial_time_per_subsystem(rt: xr.Dataset) -> xr.DataArray:
+    """Serial wall time per subsystem per ADMM iteration (s), each cell's fastest repetition: the other process on a
+    shared machine only adds time, so the minimum is the run it disturbed least (Python's ``timeit`` documentation
+    says the same of its repeats). A cell's median moved the work record's ratio from 1.24 to 1.54 and back to 1.14
+    between regenerations of the same code, with the workflow running two studies on two cores."""
+    return rt["serial_s_per_iter_samples"].min("repeat") / rt["n_subsystems"]
+
+
 def _work_record(rt: xr.Dataset, ours: str) -> comparison.Record:
-    """Serial wall time per subsystem per iteration at the largest chain over the same at each smaller one, each
-    cell's fastest repetition: the other process on a shared machine only adds time, so the minimum is the run it
-    disturbed least (Python's ``timeit`` documentation says the same of its repeats). A cell's median moved this
-    ratio from 1.24 to 1.54 and back to 1.14 between regenerations of the same code, with the workflow running two
-    studies on two cores."""
-    per = rt["serial_s_per_iter_samples"].min("repeat") / rt["n_subsystems"]
+    """Serial wall time per subsystem per iteration (:func:`serial_time_per_subsystem`) at the largest chain over
+    the same at each smaller one."""
+    per = serial_time_per_subsystem(rt)
     largest = per.isel(n_subsystems=-1)
     ratios = (largest / per.isel(n_subsystems=slice(None, -1))).values.ravel()
     d0 = int(rt["locality_d"].values[0])
@@ -373,22 +378,22 @@ def draw_runtime(folder):
 
 def draw_work_per_subsystem(folder):
     """Operations per subsystem per ADMM iteration (the kernels' count) and the serial wall time per subsystem
-    per iteration (as saved in ``runtime.nc``) against the chain size, per locality."""
+    per iteration (:func:`serial_time_per_subsystem`, from ``runtime.nc``) against the chain size, per locality."""
     import matplotlib.pyplot as plt
 
     rt = tsio.read_dataset(Path(folder) / "runtime.nc")
     ns = rt["n_subsystems"].values
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    per = serial_time_per_subsystem(rt)
     for a, d in enumerate(rt["locality_d"].values):
-        s = rt.sel(locality_d=d)
-        axes[0].plot(ns, s["flops_per_subsystem"], marker="o", color=f"C{a}", label=f"d = {int(d)}")
-        axes[1].plot(ns, s["serial_s_per_iter"] / ns * 1e6, marker="o", color=f"C{a}", label=f"d = {int(d)}")
+        axes[0].plot(ns, rt["flops_per_subsystem"].sel(locality_d=d), marker="o", color=f"C{a}", label=f"d = {int(d)}")
+        axes[1].plot(ns, per.sel(locality_d=d) * 1e6, marker="o", color=f"C{a}", label=f"d = {int(d)}")
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlabel("subsystems")
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("operations per subsystem per iteration")
-    axes[1].set_ylabel("serial time per subsystem per iteration (us)")
+    axes[1].set_ylabel("serial time per subsystem per iteration (us),\nfastest repetition")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper")  # one key for both panels
     return fig
 
